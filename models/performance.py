@@ -1,0 +1,170 @@
+"""The performance and cost model of DESIGN.md as SymPy expressions: the one source of truth.
+
+The solver, the bounds and the simulator's predictions all evaluate these expressions; they are
+lambdified once per process into a single vectorised numpy function (`evaluate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import sympy as sp
+
+Array = npt.NDArray[np.float64]
+
+# Decision variables: n functions, m MB of memory each.
+n = sp.Symbol("n", positive=True)
+m = sp.Symbol("m", positive=True)
+
+# Parameters (YAML field in the comment). Intercepts may be negative; slopes are ≥ 0.
+d_m = sp.Symbol("d_m", positive=True)  # workload.model_size_mb
+d_t = sp.Symbol("d_t", positive=True)  # workload.dataset_size_mb
+n_t = sp.Symbol("n_t", positive=True)  # workload.samples
+e = sp.Symbol("e", positive=True)  # workload.epochs
+b_lf = sp.Symbol("b_lf", positive=True)  # workload.local_batch
+b_gmax = sp.Symbol("b_gmax", positive=True)  # workload.max_global_batch
+alpha1 = sp.Symbol("alpha1", nonnegative=True)  # profile.rate.slope
+beta1 = sp.Symbol("beta1", real=True)  # profile.rate.intercept
+m_sat = sp.Symbol("m_sat", positive=True)  # profile.rate.saturates_at_mb (inf if absent)
+alpha2 = sp.Symbol("alpha2", nonnegative=True)  # profile.storage_bandwidth.slope
+beta2 = sp.Symbol("beta2", real=True)  # profile.storage_bandwidth.intercept
+B_s = sp.Symbol("B_s", positive=True)  # profile.storage_bandwidth.max_mbps
+B_p = sp.Symbol("B_p", positive=True)  # parameter_server.bandwidth_mbps
+B_fmax = sp.Symbol("B_fmax", positive=True)  # parameter_server.function_bandwidth_mbps
+p_ps = sp.Symbol("p_ps", nonnegative=True)  # parameter_server.price_per_hour
+p_gbs = sp.Symbol("p_gbs", nonnegative=True)  # platform.price_per_gb_second
+p_req = sp.Symbol("p_req", nonnegative=True)  # platform.price_per_request
+L = sp.Symbol("L", positive=True)  # platform.timeout_s - platform.timeout_margin_s
+o = sp.Symbol("o", nonnegative=True)  # platform.restart_overhead_s
+
+PARAMETER_SYMBOLS: tuple[sp.Symbol, ...] = (
+    d_m, d_t, n_t, e, b_lf, b_gmax, alpha1, beta1, m_sat, alpha2, beta2, B_s,
+    B_p, B_fmax, p_ps, p_gbs, p_req, L, o,
+)
+PARAMETERS: tuple[str, ...] = tuple(symbol.name for symbol in PARAMETER_SYMBOLS)
+
+# --- the equations, in DESIGN.md's order --------------------------------------------------
+
+fixed_local = n * b_lf <= b_gmax
+global_batch = sp.Piecewise((n * b_lf, fixed_local), (b_gmax, True))
+local_batch = sp.Piecewise((b_lf, fixed_local), (b_gmax / n, True))
+iterations = n_t * e / global_batch
+rate = alpha1 * sp.Min(m, m_sat) + beta1
+storage_bandwidth = sp.Min(alpha2 * m + beta2, B_s)
+ps_bandwidth = sp.Min(B_fmax, B_p / n)
+t_load = d_t / (n * storage_bandwidth)
+t_comp = local_batch / rate
+t_comm = 2 * d_m / ps_bandwidth
+t_train = t_load + iterations * (t_comp + t_comm)
+restarts = sp.Max(0, sp.ceiling(t_train / L) - 1)
+t_restart = restarts * o
+time = t_train + t_restart
+cost_functions = time * n * (m / 1024) * p_gbs
+cost_ps = time * p_ps / 3600
+cost_requests = n * (restarts + 1) * p_req
+cost = cost_functions + cost_ps + cost_requests
+# Dollars per second of training: cost = time·weight + cost_requests (used by the cost bounds).
+weight = n * (m / 1024) * p_gbs + p_ps / 3600
+
+FIGURES: dict[str, sp.Expr] = {
+    "global_batch": global_batch,
+    "local_batch": local_batch,
+    "iterations": iterations,
+    "rate": rate,
+    "storage_bandwidth": storage_bandwidth,
+    "t_load": t_load,
+    "t_comp_total": iterations * t_comp,
+    "t_comm_total": iterations * t_comm,
+    "t_train": t_train,
+    "restarts": restarts,
+    "t_restart": t_restart,
+    "time": time,
+    "cost_functions": cost_functions,
+    "cost_ps": cost_ps,
+    "cost_requests": cost_requests,
+    "cost": cost,
+}
+# Figures the solver needs but a plan's report does not.
+AUXILIARY: dict[str, sp.Expr] = {"weight": weight}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The model's figures for a batch of plans (numpy arrays broadcast from `n` and `m`)."""
+
+    global_batch: Array
+    local_batch: Array
+    iterations: Array
+    rate: Array
+    storage_bandwidth: Array
+    t_load: Array
+    t_comp_total: Array
+    t_comm_total: Array
+    t_train: Array
+    restarts: Array
+    t_restart: Array
+    time: Array
+    cost_functions: Array
+    cost_ps: Array
+    cost_requests: Array
+    cost: Array
+
+    @property
+    def valid(self) -> npt.NDArray[np.bool_]:
+        """DESIGN.md's validity: a positive rate and storage bandwidth, a local batch of ≥ 1."""
+        return (self.rate > 0) & (self.storage_bandwidth > 0) & (self.local_batch >= 1)
+
+
+def _select(
+    conditions: list[Any], choices: list[Any], default: float = np.nan
+) -> npt.NDArray[np.float64]:
+    """`numpy.select` for lambdified Piecewise: a two-branch `where` when it can (5× faster)."""
+    if len(conditions) == 2 and conditions[1] is True:
+        return np.where(conditions[0], choices[0], choices[1])
+    return np.select(conditions, choices, default=default)
+
+
+@cache
+def _lambdified(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]]:
+    """One numpy function for the chosen figures, sharing common subexpressions (built once)."""
+    expressions = [{**FIGURES, **AUXILIARY}[name] for name in names]
+    function: Callable[..., tuple[Any, ...]] = sp.lambdify(
+        (n, m, *PARAMETER_SYMBOLS), expressions, modules=[{"select": _select}, "numpy"],
+        cse=True,
+    )
+    return function
+
+
+def parameter_values(params: Mapping[str, float]) -> tuple[float, ...]:
+    """The parameters in `PARAMETERS` order, so callers can pass them once to `figures`."""
+    return tuple(float(params[name]) for name in PARAMETERS)
+
+
+def figures(
+    values: tuple[float, ...], functions: npt.ArrayLike, memory_mb: npt.ArrayLike,
+    names: tuple[str, ...],
+) -> dict[str, Array]:
+    """Selected figures for plans `functions` × `memory_mb` (broadcast); the hot path."""
+    n_arr = np.asarray(functions, dtype=np.float64)
+    m_arr = np.asarray(memory_mb, dtype=np.float64)
+    shape = np.broadcast_shapes(n_arr.shape, m_arr.shape)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        results = _lambdified(names)(n_arr, m_arr, *values)
+    out = {}
+    for name, result in zip(names, results, strict=True):
+        array = np.asarray(result, dtype=np.float64)
+        out[name] = array if array.shape == shape else np.broadcast_to(array, shape)
+    return out
+
+
+def evaluate(
+    params: Mapping[str, float], functions: npt.ArrayLike, memory_mb: npt.ArrayLike
+) -> Figures:
+    """Every figure of the model for plans `functions` × `memory_mb` (numpy broadcasting)."""
+    names = tuple(FIGURES)
+    return Figures(**figures(parameter_values(params), functions, memory_mb, names))

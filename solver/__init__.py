@@ -1,0 +1,19 @@
+"""lambdadnn's solver: from a provisioning instance to the cheapest plan that meets its deadline."""
+
+from models.bounds import Bounds
+from solver.errors import (
+    DerivationError,
+    InstanceError,
+    LambdaDnnError,
+    NoValidPlanError,
+    SolverError,
+)
+from solver.instance import Instance, load_instance
+from solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
+from solver.pipeline import evaluate, solve
+
+__all__ = [
+    "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",
+    "LambdaDnnError", "NoValidPlanError", "Plan", "SolverError", "TimeBreakdown", "evaluate",
+    "load_instance", "solve",
+]

@@ -1,0 +1,198 @@
+"""`solve()`: from an instance to a verified plan; `evaluate()`: the model's figures for a plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models import bounds as model_bounds
+from models import performance as model
+from solver.candidates import PRUNE_RTOL, TIE_RTOL, canonical, enumerate_candidates, pareto
+from solver.errors import InstanceError, NoValidPlanError, SolverError
+from solver.instance import Instance, load_instance
+from solver.plan import CostBreakdown, Evaluation, Plan, Status, TimeBreakdown
+from solver.selection import select
+
+InstanceLike = Instance | Mapping[str, Any] | str | Path
+
+
+def _with_deadline(instance: Instance, deadline_s: float | None) -> Instance:
+    if deadline_s is None:
+        return instance
+    if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not (
+        math.isfinite(deadline_s) and deadline_s > 0
+    ):
+        raise InstanceError(f"`deadline_s` must be a positive number, got {deadline_s!r}")
+    objective = dataclasses.replace(instance.objective, deadline_s=float(deadline_s))
+    return dataclasses.replace(instance, objective=objective)
+
+
+def _evaluation(instance: Instance, functions: int, memory_mb: int) -> Evaluation:
+    """The model's full figures for one plan, with every reason it is not feasible."""
+    f = model.evaluate(instance.parameters(), functions, memory_mb)
+    figure = {name: float(value) for name, value in vars(f).items()}
+    violations: list[str] = []
+    if figure["rate"] <= 0:
+        violations.append(
+            f"the rate R({memory_mb} MB) = {figure['rate']:.4g} samples/s is not positive"
+        )
+    if figure["storage_bandwidth"] <= 0:
+        violations.append(
+            f"the storage bandwidth at {memory_mb} MB = {figure['storage_bandwidth']:.4g} MB/s "
+            "is not positive"
+        )
+    if figure["local_batch"] < 1:
+        violations.append(f"the local batch {figure['local_batch']:.4g} is below 1")
+    valid = not violations
+    deadline = instance.objective.deadline_s
+    if valid and figure["time"] > deadline:
+        violations.append(f"it takes {figure['time']:.1f} s, past the deadline of {deadline:g} s")
+    if functions > instance.max_functions:
+        violations.append(f"{functions} functions exceed the limit of {instance.max_functions}")
+    if memory_mb < instance.min_memory_mb:
+        violations.append(f"{memory_mb} MB is below the minimum {instance.min_memory_mb:g} MB")
+    grid = instance.platform.memory
+    on_grid = (memory_mb - grid.min_mb) % grid.step_mb == 0
+    if not (grid.min_mb <= memory_mb <= grid.max_mb and on_grid):
+        violations.append(
+            f"{memory_mb} MB is not on the platform's grid "
+            f"({grid.min_mb}..{grid.max_mb} MB in steps of {grid.step_mb})"
+        )
+    restarts = int(figure["restarts"]) if valid else 0
+    return Evaluation(
+        instance=instance.name,
+        functions=functions,
+        memory_mb=memory_mb,
+        valid=valid,
+        feasible=not violations,
+        violations=tuple(violations),
+        time_s=figure["time"],
+        cost_usd=figure["cost"],
+        deadline_s=deadline,
+        local_batch=figure["local_batch"],
+        global_batch=figure["global_batch"],
+        iterations=figure["iterations"],
+        restarts=restarts,
+        invocations=functions * (restarts + 1),
+        time_breakdown=TimeBreakdown(
+            figure["t_load"], figure["t_comp_total"], figure["t_comm_total"], figure["t_restart"]
+        ),
+        cost_breakdown=CostBreakdown(
+            figure["cost_functions"], figure["cost_ps"], figure["cost_requests"]
+        ),
+    )
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InstanceError(f"`{name}` must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def evaluate(instance: InstanceLike, *, functions: int, memory_mb: int) -> Evaluation:
+    """The model's figures for any plan, feasible or not (`valid`, `feasible`, `violations`)."""
+    loaded = load_instance(instance)
+    return _evaluation(
+        loaded, _positive_int("functions", functions), _positive_int("memory_mb", memory_mb)
+    )
+
+
+def solve(
+    instance: InstanceLike, *, platform: str | None = None, deadline_s: float | None = None
+) -> Plan:
+    """The cheapest plan that meets the deadline over the whole grid, proven by HiGHS.
+
+    `instance` is an `Instance`, a mapping in the YAML schema or a path to a YAML file;
+    `platform` replaces its platform by name and `deadline_s` its deadline. When no plan
+    meets the deadline the answer has `status == "infeasible"` and is the fastest plan.
+    Raises `InstanceError` for bad input, `NoValidPlanError` when no plan is valid at all,
+    `SolverError` when HiGHS does not prove an optimum or the re-check fails.
+    """
+    started = time.perf_counter()
+    loaded = _with_deadline(load_instance(instance, platform=platform), deadline_s)
+    values = model.parameter_values(loaded.parameters())
+    memory = loaded.platform.memory.values()
+    deadline = loaded.objective.deadline_s
+    box = model_bounds.box(
+        values, memory, max_functions=loaded.max_functions,
+        min_memory_mb=loaded.min_memory_mb, deadline_s=deadline,
+    )
+    if box is None:
+        raise NoValidPlanError(
+            f"instance {loaded.name!r} has no valid plan: no memory size in "
+            f"{loaded.min_memory_mb:g}..{loaded.platform.memory.max_mb} MB gives a positive rate "
+            "and storage bandwidth, or no number of functions keeps the local batch ≥ 1; "
+            "check `profile` and `workload.max_global_batch`"
+        )
+    if box.bounds.deadline_met:
+        rows = box.functions[box.envelope_time <= deadline]
+        found = enumerate_candidates(values, memory, rows, box.m_lo, box.m_hi, deadline)
+        n, index, t, c = found.functions, found.memory_index, found.time, found.cost
+        # Only plans the cost bound cannot rule out reach the model: the rest cost provably more
+        # than the incumbent, a feasible plan.
+        competitive = c <= c.min() * (1 + PRUNE_RTOL)
+        n, index, t, c = n[competitive], index[competitive], t[competitive], c[competitive]
+        front = pareto(t, c, n, index)
+        selection = select(c[front], t[front], deadline_s=deadline)
+        chosen = canonical(t, c, n, index)
+        picked_cost = float(c[front][selection.index])
+        if picked_cost > float(c[chosen]) * (1 + PRUNE_RTOL):
+            raise SolverError(
+                f"HiGHS chose a plan costing {picked_cost!r}, more than the cheapest "
+                f"candidate {float(c[chosen])!r}"
+            )
+        status: Status = "optimal"
+        evaluated, front_size = found.evaluated, len(front)
+        plan_n, plan_m, plan_t = int(n[chosen]), int(memory[index[chosen]]), float(t[chosen])
+    else:
+        n = box.functions
+        t = box.envelope_time
+        c = model.figures(values, n.astype(np.float64), memory[box.m_hi], ("cost",))["cost"]
+        index = np.full(len(n), box.m_hi, dtype=np.int64)
+        front = pareto(t, c, n, index)
+        selection = select(t[front], t[front], deadline_s=None)
+        fastest = np.flatnonzero(t == t.min())
+        chosen = int(fastest[np.lexsort((n[fastest], c[fastest]))[0]])
+        if float(t[front][selection.index]) > float(t[chosen]) * (1 + PRUNE_RTOL):
+            raise SolverError("HiGHS did not select the fastest plan of an infeasible instance")
+        status = "infeasible"
+        evaluated, front_size = len(n), len(front)
+        plan_n, plan_m, plan_t = int(n[chosen]), int(memory[box.m_hi]), float(t[chosen])
+
+    checked = _evaluation(loaded, plan_n, plan_m)
+    if not checked.valid or abs(checked.time_s - plan_t) > TIE_RTOL * plan_t:
+        raise SolverError(
+            f"re-check failed: the model gives {checked.time_s!r} s for the chosen plan "
+            f"({plan_n} × {plan_m} MB), the enumeration {plan_t!r} s"
+        )
+    if status == "optimal" and not checked.feasible:
+        raise SolverError(f"re-check failed: the chosen plan is not feasible: {checked.violations}")
+    bounds = dataclasses.replace(box.bounds, evaluated_points=evaluated)
+    return Plan(
+        status=status,
+        instance=loaded.name,
+        platform=loaded.platform.name,
+        functions=plan_n,
+        memory_mb=plan_m,
+        time_s=checked.time_s,
+        cost_usd=checked.cost_usd,
+        deadline_s=deadline,
+        local_batch=checked.local_batch,
+        global_batch=checked.global_batch,
+        iterations=checked.iterations,
+        restarts=checked.restarts,
+        invocations=checked.invocations,
+        time_breakdown=checked.time_breakdown,
+        cost_breakdown=checked.cost_breakdown,
+        bounds=bounds,
+        candidates_evaluated=evaluated,
+        pareto_candidates=front_size,
+        solver_status=selection.status,
+        solve_seconds=time.perf_counter() - started,
+    )

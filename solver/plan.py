@@ -1,0 +1,96 @@
+"""Result objects: what a plan costs and takes, kept apart from how the solver got there."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from models.bounds import Bounds
+
+Status = Literal["optimal", "infeasible"]
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds of the training time by cause; they add up to the plan's `time_s`."""
+
+    load_s: float
+    compute_s: float
+    communication_s: float
+    restart_overhead_s: float
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """Dollars of the plan's cost by payee; they add up to the plan's `cost_usd`."""
+
+    functions_usd: float
+    parameter_server_usd: float
+    requests_usd: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The model's figures for one plan `(functions, memory_mb)` of an instance."""
+
+    instance: str
+    functions: int
+    memory_mb: int
+    valid: bool
+    feasible: bool
+    violations: tuple[str, ...]
+    time_s: float
+    cost_usd: float
+    deadline_s: float
+    local_batch: float
+    global_batch: float
+    iterations: float
+    restarts: int
+    invocations: int
+    time_breakdown: TimeBreakdown
+    cost_breakdown: CostBreakdown
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The answer of `solve()`: the cheapest feasible plan, or the fastest one if none is.
+
+    `status` is the answer to the user's question; `solver_status` is HiGHS's termination
+    status for the selection model (linopy-style: the two are never conflated).
+    """
+
+    status: Status
+    instance: str
+    platform: str
+    functions: int
+    memory_mb: int
+    time_s: float
+    cost_usd: float
+    deadline_s: float
+    local_batch: float
+    global_batch: float
+    iterations: float
+    restarts: int
+    invocations: int
+    time_breakdown: TimeBreakdown
+    cost_breakdown: CostBreakdown
+    bounds: Bounds
+    candidates_evaluated: int
+    pareto_candidates: int
+    solver_status: str
+    solve_seconds: float
+
+    @property
+    def margin_s(self) -> float:
+        """Seconds to spare before the deadline (negative: by how much it is missed)."""
+        return self.deadline_s - self.time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping: every field, nested breakdowns, and `margin_s`."""
+        out = asdict(self)
+        out["bounds"] = self.bounds.to_dict()
+        out["margin_s"] = self.margin_s
+        return out

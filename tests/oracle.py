@@ -1,0 +1,263 @@
+"""An independent brute-force oracle for the performance and cost model of DESIGN.md.
+
+The solver evaluates one SymPy model (`models/performance.py`) and prunes the grid with bounds
+derived from it. To test that machinery we need an answer that shares none of its code: this
+module re-types DESIGN.md's equations by hand with plain numpy and scans the *whole* grid, so a
+wrong derivation, a wrong lambdification or an unsound bound all show up as a disagreement.
+It deliberately imports nothing from `models/` and only the dataclass types from
+`solver.instance`.
+
+Conventions (straight from DESIGN.md, "The performance model"):
+
+* `k` is real (never rounded); restarts `r = max(0, ceil(T_train / L) - 1)` are whole numbers.
+* validity is `R > 0`, `B_f^s > 0` and `b_l >= 1`; feasibility adds `T <= T_o`,
+  `n <= instance.max_functions` and `m >= instance.min_memory_mb`.
+* all comparisons are exact float comparisons: a plan whose time equals the deadline is
+  feasible. Plans within one rounding error of a threshold (deadline, a multiple of `L`)
+  may legitimately be classified differently by an implementation that orders its float
+  operations differently; tests comparing against this oracle should allow for that.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from solver.instance import Instance
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+Status = Literal["optimal", "infeasible", "none"]
+
+#: Relative cost difference under which two plans count as equally cheap (DESIGN.md).
+COST_TIE = 1e-12
+#: Rows of `n` evaluated at once: 64 x 10,113 sizes x ~20 temporaries stays near 100 MB.
+CHUNK_ROWS = 64
+
+
+@dataclass(frozen=True)
+class OracleAnswer:
+    """What the brute force found: the optimum, the fastest plan if none is feasible, or nothing.
+
+    `status` is 'optimal' (the cheapest feasible plan), 'infeasible' (no feasible plan; the
+    fields describe the fastest valid plan within the limits, as DESIGN.md requires the solver
+    to report) or 'none' (not even a valid plan exists; all other fields are None).
+    """
+
+    status: Status
+    functions: int | None
+    memory_mb: int | None
+    time_s: float | None
+    cost_usd: float | None
+
+
+def _evaluate(instance: Instance, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]:
+    """Every quantity of the model for `n` and `m`, broadcast against each other.
+
+    Written line by line from DESIGN.md so that a reader can check it against the table of
+    equations; numpy warnings are silenced because invalid points (R <= 0, B_f^s <= 0) divide
+    by zero or go negative on purpose and are masked by `valid`.
+    """
+    w = instance.workload
+    rate_profile = instance.profile.rate
+    storage = instance.profile.storage_bandwidth
+    ps = instance.parameter_server
+    pf = instance.platform
+
+    d_m = float(w.model_size_mb)
+    d_t = float(w.dataset_size_mb)
+    n_t = float(w.samples)
+    e = float(w.epochs)
+    b_lf = float(w.local_batch)
+    b_gmax = float(w.max_global_batch)
+    saturation = rate_profile.saturates_at_mb
+    m_sat = math.inf if saturation is None else float(saturation)
+    usable = float(pf.timeout_s) - float(pf.timeout_margin_s)  # L
+
+    with np.errstate(all="ignore"):
+        fixed_local = n * b_lf <= b_gmax
+        global_batch = np.where(fixed_local, n * b_lf, b_gmax)
+        local_batch = np.where(fixed_local, b_lf, b_gmax / n)
+        iterations = n_t * e / global_batch
+        rate = rate_profile.slope * np.minimum(m, m_sat) + rate_profile.intercept
+        storage_bw = np.minimum(storage.slope * m + storage.intercept, storage.max_mbps)
+        ps_bw = np.minimum(ps.function_bandwidth_mbps, ps.bandwidth_mbps / n)
+        t_load = d_t / (n * storage_bw)
+        t_comp = local_batch / rate
+        t_comm = 2.0 * d_m / ps_bw
+        time_train = t_load + iterations * (t_comp + t_comm)
+        restarts = np.maximum(0.0, np.ceil(time_train / usable) - 1.0)
+        time = time_train + restarts * pf.restart_overhead_s
+        cost = (
+            time * (n * (m / 1024.0) * pf.price_per_gb_second + ps.price_per_hour / 3600.0)
+            + n * (restarts + 1.0) * pf.price_per_request
+        )
+        valid = (rate > 0) & (storage_bw > 0) & (local_batch >= 1)
+        time = np.where(valid, time, np.nan)
+        cost = np.where(valid, cost, np.nan)
+        restarts = np.where(valid, restarts, np.nan)
+        within_limits = (n <= instance.max_functions) & (m >= instance.min_memory_mb)
+        feasible = valid & within_limits & (time <= instance.objective.deadline_s)
+
+    return {
+        "functions": n,
+        "memory_mb": m,
+        "fixed_local": fixed_local,
+        "global_batch": global_batch,
+        "local_batch": local_batch,
+        "iterations": iterations,
+        "rate": rate,
+        "storage_bandwidth": storage_bw,
+        "ps_bandwidth": ps_bw,
+        "t_load": t_load,
+        "t_comp": t_comp,
+        "t_comm": t_comm,
+        "time_train": time_train,
+        "restarts": restarts,
+        "time": time,
+        "cost": cost,
+        "valid": valid,
+        "within_limits": valid & within_limits,
+        "feasible": feasible,
+    }
+
+
+def _default_functions(instance: Instance) -> FloatArray:
+    """n = 1..max_functions as a column, so it broadcasts against the memory row."""
+    return np.arange(1, instance.max_functions + 1, dtype=np.float64)[:, np.newaxis]
+
+
+def _default_memory(instance: Instance) -> FloatArray:
+    """The platform's memory grid as a row."""
+    return instance.platform.memory.values()[np.newaxis, :]
+
+
+def grid(
+    instance: Instance,
+    functions: npt.ArrayLike | None = None,
+    memory_mb: npt.ArrayLike | None = None,
+) -> dict[str, np.ndarray]:
+    """The model evaluated on the full grid, or on the given `functions` and `memory_mb`.
+
+    By default `functions` is the column n = 1..instance.max_functions and `memory_mb` the row
+    of the platform's memory grid, so 2-D results have shape (max_functions, grid size); given
+    arrays are used as they are and broadcast by numpy's rules (pass a column and a row for a
+    grid, or two equal-length vectors for a list of plans). Each quantity keeps its own
+    broadcast shape (`rate` depends on m only, `local_batch` on n only); `time`, `cost`,
+    `restarts` are NaN where the plan is not `valid`. Keys: functions, memory_mb, fixed_local,
+    global_batch, local_batch, iterations, rate, storage_bandwidth, ps_bandwidth, t_load,
+    t_comp, t_comm, time_train, restarts, time, cost, valid, within_limits (valid, n and m
+    within limits), feasible. Memory is not checked to lie on the platform grid.
+    """
+    n = _default_functions(instance) if functions is None else np.asarray(functions, np.float64)
+    m = _default_memory(instance) if memory_mb is None else np.asarray(memory_mb, np.float64)
+    if n.ndim != 2 or n.shape[1] != 1 or n.shape[0] <= CHUNK_ROWS:
+        return _evaluate(instance, n, m)
+    # A tall column: evaluate a few rows at a time so temporaries stay small, then stack.
+    parts = [
+        _evaluate(instance, n[i : i + CHUNK_ROWS], m) for i in range(0, n.shape[0], CHUNK_ROWS)
+    ]
+    result: dict[str, np.ndarray] = {}
+    for key in parts[0]:
+        pieces = [part[key] for part in parts]
+        result[key] = pieces[0] if pieces[0].shape[0] == 1 else np.concatenate(pieces, axis=0)
+    return result
+
+
+def _first_min(
+    primary: FloatArray, mask: BoolArray, secondary: FloatArray | None = None
+) -> tuple[int, int] | None:
+    """Row and column of the masked point least in `primary`, then `secondary`, then position.
+
+    Position order is row-major, i.e. smaller n first, then smaller m, exactly the tie order
+    DESIGN.md asks for, because rows are increasing n and columns increasing m. Infinite
+    values (a valid plan whose time overflows) still count: they are masked in, not out.
+    """
+    if not mask.any():
+        return None
+    # NaN (e.g. an overflowed time times a zero price) sorts last, like +inf.
+    first = np.where(mask & ~np.isnan(primary), primary, np.inf)
+    keep = mask & (first == first[mask].min())
+    if secondary is not None:
+        second = np.where(keep & ~np.isnan(secondary), secondary, np.inf)
+        keep = keep & (second == second[keep].min())
+    row, col = np.unravel_index(int(np.argmax(keep)), mask.shape)
+    return int(row), int(col)
+
+
+def brute_force(instance: Instance, *, chunk_rows: int = CHUNK_ROWS) -> OracleAnswer:
+    """The exact optimum (or fastest valid plan) by scanning every (n, m) of the grid.
+
+    Two passes over chunks of `chunk_rows` values of n keep memory bounded for the
+    1,000 x 10,113 grid: the first finds the least feasible cost (and least time of the
+    fallback plans), the second revisits only the chunks that can hold a tied point and
+    picks, among points whose cost is at most the minimum times (1 + `COST_TIE`), the least
+    time, then smallest n, then smallest m. With no feasible point, the answer is the fastest
+    plan that is valid with n and m within limits (ties: least cost, smaller n, smaller m).
+    The second pass recomputes the same floats, so both passes agree bit for bit.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
+    n_all = _default_functions(instance)
+    m_row = _default_memory(instance)
+    starts = list(range(0, n_all.shape[0], chunk_rows))
+
+    def chunk(start: int) -> dict[str, np.ndarray]:
+        return _evaluate(instance, n_all[start : start + chunk_rows], m_row)
+
+    # Per chunk: the least cost of its feasible plans and least time of its fallback plans,
+    # or None when it has no such plan (not inf: a valid plan's time may overflow to inf).
+    least_cost: list[float | None] = []
+    least_time: list[float | None] = []
+    for start in starts:
+        values = chunk(start)
+        feasible, fallback = values["feasible"], values["within_limits"]
+        least_cost.append(float(values["cost"][feasible].min()) if feasible.any() else None)
+        least_time.append(float(values["time"][fallback].min()) if fallback.any() else None)
+
+    def answer(
+        status: Status, start: int, point: tuple[int, int], values: dict[str, np.ndarray]
+    ) -> OracleAnswer:
+        row, col = point
+        return OracleAnswer(
+            status=status,
+            functions=start + row + 1,
+            memory_mb=int(m_row[0, col]),
+            time_s=float(values["time"][row, col]),
+            cost_usd=float(values["cost"][row, col]),
+        )
+
+    candidates: list[tuple[tuple[float, int, int], OracleAnswer]] = []
+    costs = [c for c in least_cost if c is not None]
+    if costs:
+        limit = min(costs) * (1.0 + COST_TIE)
+        for start, chunk_cost in zip(starts, least_cost, strict=True):
+            if chunk_cost is not None and chunk_cost <= limit:
+                values = chunk(start)
+                tied = values["feasible"] & (values["cost"] <= limit)
+                point = _first_min(values["time"], tied)
+                if point is not None:
+                    found = answer("optimal", start, point, values)
+                    key = (float(found.time_s or 0.0), start + point[0], point[1])
+                    candidates.append((key, found))
+        return min(candidates, key=lambda pair: pair[0])[1]
+
+    times = [t for t in least_time if t is not None]
+    if not times:
+        return OracleAnswer("none", None, None, None, None)
+    t_min = min(times)
+    for start, chunk_time in zip(starts, least_time, strict=True):
+        if chunk_time is not None and chunk_time == t_min:
+            values = chunk(start)
+            fastest = values["within_limits"] & (values["time"] == t_min)
+            point = _first_min(values["cost"], fastest)
+            if point is not None:
+                found = answer("infeasible", start, point, values)
+                key = (float(found.cost_usd or 0.0), start + point[0], point[1])
+                candidates.append((key, found))
+    return min(candidates, key=lambda pair: pair[0])[1]
