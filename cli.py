@@ -66,6 +66,10 @@ def _seconds(value: float) -> str:
     return f"{value:,.1f} s"
 
 
+def _restarts(count: int) -> str:
+    return f"{count} restart{'' if count == 1 else 's'}"
+
+
 def _breakdown_lines(result: Plan | Evaluation) -> list[str]:
     tb, cb = result.time_breakdown, result.cost_breakdown
     total_t, total_c = result.time_s or 1.0, result.cost_usd or 1.0
@@ -86,7 +90,7 @@ def _breakdown_lines(result: Plan | Evaluation) -> list[str]:
 
 
 def _plan_text(plan: Plan) -> str:
-    restarts = f"{plan.restarts} restart{'s' if plan.restarts != 1 else ''}"
+    restarts = _restarts(plan.restarts)
     margin = plan.margin_s
     b = plan.bounds
     lines = [
@@ -164,7 +168,7 @@ def evaluate_command(
         f"  time       {_seconds(result.time_s)}  (deadline {_seconds(result.deadline_s)})",
         f"  cost       {_money(result.cost_usd)}",
         f"  training   local batch {result.local_batch:g}, global batch {result.global_batch:g}, "
-        f"{result.iterations:,.1f} iterations, {result.restarts} restarts",
+        f"{result.iterations:,.1f} iterations, {_restarts(result.restarts)}",
         *_breakdown_lines(result),
         *(f"  ! {violation}" for violation in result.violations),
     ]

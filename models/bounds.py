@@ -101,7 +101,7 @@ def facts() -> Facts:
     batch_limit = _root(fixed_global_batch - 1, model.n)
     thresholds = sp.lambdify(
         model.PARAMETER_SYMBOLS, (rate_root, storage_root, storage_cap, batch_limit),
-        modules="math",
+        modules="numpy",
     )
     return Facts(len(regimes), rate_root, storage_root, storage_cap, batch_limit, thresholds)
 
@@ -174,7 +174,9 @@ def box(
     as m grows, n must meet the deadline at the largest useful memory, evaluated for every n.
     When no n does, the box keeps every valid n (the solver then returns the fastest plan).
     """
-    rate_root, storage_root, storage_cap, batch_limit = facts().thresholds(*values)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero slope: no threshold
+        thresholds = facts().thresholds(*map(np.float64, values))
+    rate_root, storage_root, storage_cap, batch_limit = map(float, thresholds)
     params = dict(zip(model.PARAMETERS, values, strict=True))
     per_memory = model.figures(values, 1.0, memory, ("rate", "storage_bandwidth"))
     rate, storage = per_memory["rate"], per_memory["storage_bandwidth"]

@@ -93,6 +93,11 @@ FIGURES: dict[str, sp.Expr] = {
 AUXILIARY: dict[str, sp.Expr] = {"weight": weight}
 
 
+# b_l = b_g^max·(1/n) may round to 1 − 1ulp at n = b_g^max. Both are integers ≤ 10^12 (the
+# loader's cap), so a b_l truly below 1 is at most 1 − 10^-12: this slack only absorbs rounding.
+BATCH_SLACK = 1e-13
+
+
 @dataclass(frozen=True)
 class Figures:
     """The model's figures for a batch of plans (numpy arrays broadcast from `n` and `m`)."""
@@ -117,16 +122,20 @@ class Figures:
     @property
     def valid(self) -> npt.NDArray[np.bool_]:
         """DESIGN.md's validity: a positive rate and storage bandwidth, a local batch of ≥ 1."""
-        return (self.rate > 0) & (self.storage_bandwidth > 0) & (self.local_batch >= 1)
+        batch_ok = self.local_batch >= 1 - BATCH_SLACK
+        return (self.rate > 0) & (self.storage_bandwidth > 0) & batch_ok
 
 
 def _select(
     conditions: list[Any], choices: list[Any], default: float = np.nan
 ) -> npt.NDArray[np.float64]:
     """`numpy.select` for lambdified Piecewise: a two-branch `where` when it can (5× faster)."""
+    chosen: npt.NDArray[np.float64]
     if len(conditions) == 2 and conditions[1] is True:
-        return np.where(conditions[0], choices[0], choices[1])
-    return np.select(conditions, choices, default=default)
+        chosen = np.where(conditions[0], choices[0], choices[1])
+    else:
+        chosen = np.select(conditions, choices, default=default)
+    return chosen
 
 
 @cache

@@ -9,8 +9,8 @@ from solver.errors import (
     SolverError,
 )
 from solver.instance import Instance, load_instance
-from solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
 from solver.pipeline import evaluate, solve
+from solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
 
 __all__ = [
     "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from solver.errors import InstanceError
 from solver.instance import load_instance
-from solver.plan import Plan
 from solver.pipeline import InstanceLike, solve
+from solver.plan import Plan
 
 
 def deadline_range(instance: InstanceLike) -> tuple[float, float]:

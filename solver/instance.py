@@ -23,6 +23,7 @@ from solver.errors import InstanceError
 SHIPPED_PLATFORMS = Path(__file__).resolve().parent.parent / "instances" / "platforms"
 MAX_GRID_POINTS = 1_000_000
 MAX_CONCURRENCY = 1_000_000
+MAX_INTEGER = 10**12  # far beyond any real job; models.performance.BATCH_SLACK relies on it
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,8 @@ Check = Callable[[str, Any], Any]
 
 def _fail(path: str, value: Any, need: str, fix: str = "") -> InstanceError:
     shown = repr(value) if not isinstance(value, Mapping) else "a mapping"
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
     tail = f"; {fix}" if fix else ""
     return InstanceError(f"`{path}` must be {need}, got {shown}{tail}")
 
@@ -176,7 +179,10 @@ def _number(*, minimum: float | None = None, strict: bool = True, fix: str = "")
     def check(path: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _fail(path, value, need, fix)
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise _fail(path, value, need, fix) from None
         if not math.isfinite(number):
             raise _fail(path, value, need, fix)
         if minimum is not None and (number <= minimum if strict else number < minimum):
@@ -186,15 +192,15 @@ def _number(*, minimum: float | None = None, strict: bool = True, fix: str = "")
     return check
 
 
-def _integer(*, maximum: int | None = None, fix: str = "") -> Check:
-    need = "a positive integer" if maximum is None else f"a positive integer ≤ {maximum:,}"
+def _integer(*, maximum: int = MAX_INTEGER, fix: str = "") -> Check:
+    need = f"a positive integer ≤ {maximum:,}"
 
     def check(path: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _fail(path, value, need, fix)
         if isinstance(value, float) and not value.is_integer():
             raise _fail(path, value, need, fix)
-        if value < 1 or (maximum is not None and value > maximum):
+        if value < 1 or value > maximum:
             raise _fail(path, value, need, fix)
         return int(value)
 
@@ -377,7 +383,7 @@ def _resolve_platform(value: Any, search: Path | None) -> Platform:
 def load_instance(
     source: Instance | Mapping[str, Any] | str | Path, *, platform: str | None = None
 ) -> Instance:
-    """An `Instance` from an instance, a mapping or a YAML path; `platform` replaces the platform."""
+    """An `Instance` from an instance, a mapping or a YAML path; `platform` overrides it."""
     if isinstance(source, Instance):
         if platform is None:
             return source

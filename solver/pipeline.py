@@ -47,7 +47,7 @@ def _evaluation(instance: Instance, functions: int, memory_mb: int) -> Evaluatio
             f"the storage bandwidth at {memory_mb} MB = {figure['storage_bandwidth']:.4g} MB/s "
             "is not positive"
         )
-    if figure["local_batch"] < 1:
+    if figure["local_batch"] < 1 - model.BATCH_SLACK:
         violations.append(f"the local batch {figure['local_batch']:.4g} is below 1")
     valid = not violations
     deadline = instance.objective.deadline_s
@@ -89,6 +89,23 @@ def _evaluation(instance: Instance, functions: int, memory_mb: int) -> Evaluatio
     )
 
 
+def _no_valid_plan(instance: Instance) -> str:
+    """Why no plan within the instance's limits is valid, naming the field to change."""
+    top = instance.platform.memory.max_mb
+    best = model.evaluate(instance.parameters(), 1, top)  # R and B_f^s only grow with m
+    if instance.min_memory_mb > top:
+        reason = (f"`workload.min_memory_mb` ({instance.min_memory_mb:g}) exceeds the platform's "
+                  f"largest memory ({top} MB)")
+    elif best.rate <= 0:
+        reason = (f"`profile.rate` gives R ≤ 0 samples/s at every memory size up to {top} MB "
+                  f"(R({top} MB) = {float(best.rate):.4g}); check its slope and intercept")
+    else:
+        reason = (f"`profile.storage_bandwidth` is ≤ 0 MB/s at every memory size up to {top} MB "
+                  f"({float(best.storage_bandwidth):.4g} MB/s at {top} MB); check its slope "
+                  "and intercept")
+    return f"instance {instance.name!r} has no valid plan: {reason}"
+
+
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise InstanceError(f"`{name}` must be a positive integer, got {value!r}")
@@ -124,12 +141,7 @@ def solve(
         min_memory_mb=loaded.min_memory_mb, deadline_s=deadline,
     )
     if box is None:
-        raise NoValidPlanError(
-            f"instance {loaded.name!r} has no valid plan: no memory size in "
-            f"{loaded.min_memory_mb:g}..{loaded.platform.memory.max_mb} MB gives a positive rate "
-            "and storage bandwidth, or no number of functions keeps the local batch ≥ 1; "
-            "check `profile` and `workload.max_global_batch`"
-        )
+        raise NoValidPlanError(_no_valid_plan(loaded))
     if box.bounds.deadline_met:
         rows = box.functions[box.envelope_time <= deadline]
         found = enumerate_candidates(values, memory, rows, box.m_lo, box.m_hi, deadline)
@@ -173,7 +185,17 @@ def solve(
         )
     if status == "optimal" and not checked.feasible:
         raise SolverError(f"re-check failed: the chosen plan is not feasible: {checked.violations}")
-    bounds = dataclasses.replace(box.bounds, evaluated_points=evaluated)
+    pruning = (
+        f"cost: C(n, m ∈ [a, b]) ≥ T(n, b)·weight(n, a) + n·(r(n, b) + 1)·p_req (T, r "
+        "non-increasing and the weight non-decreasing in m); branch and bound against the "
+        f"incumbent evaluated {evaluated:,} plans, {evaluated / box.bounds.grid_points:.3%} of "
+        "the grid"
+        if status == "optimal" else
+        f"fastest plan: T(n, {plan_m} MB) evaluated for all {evaluated:,} valid n"
+    )
+    bounds = dataclasses.replace(
+        box.bounds, evaluated_points=evaluated, derivations=(*box.bounds.derivations, pruning)
+    )
     return Plan(
         status=status,
         instance=loaded.name,

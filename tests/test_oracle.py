@@ -175,10 +175,43 @@ def test_equal_costs_go_to_the_smaller_memory() -> None:
     mapping["parameter_server"]["price_per_hour"] = 0
     mapping["profile"]["rate"]["saturates_at_mb"] = 1000
     mapping["profile"]["storage_bandwidth"] = {"slope": 0, "intercept": 50, "max_mbps": 115}
-    answer = brute_force(load_instance(mapping))
+    instance = load_instance(mapping)
+    answer = brute_force(instance)
     assert answer.status == "optimal" and answer.cost_usd == 0
-    # Time is flat in m from the first grid size >= 1,000 MB (1,024) on: that one wins.
+    # Every feasible plan costs 0, so all tie on cost and the fastest wins ...
+    values = grid(instance)
+    assert answer.time_s == float(values["time"][values["feasible"]].min())
+    # ... and time is flat in m from the first grid size >= 1,000 MB (1,024) on: that one wins.
     assert answer.memory_mb == 1024
+    assert (values["time"][answer.functions - 1] == answer.time_s).sum() > 1
+
+
+@pytest.mark.parametrize("rows", [1, 2, 64])
+def test_rounding_level_cost_differences_are_ties(rows: int) -> None:
+    """With perfectly linear speed-up (flat PS and storage bandwidth, no fixed prices) every n
+    costs the same in real arithmetic; in floats n = 5 is one ulp cheaper than the others.
+    The relative 1e-12 tie rule makes them equal, so the fastest (n = 6) must win, even when
+    n = 5 and n = 6 are scanned in different chunks."""
+    mapping = {
+        "name": "linear-speed-up",
+        "platform": {"name": "one-size", "memory_mb": {"min": 1024, "max": 1024, "step": 1},
+                     "price_per_gb_second": 0.0000166667, "price_per_request": 0,
+                     "timeout_s": 900, "timeout_margin_s": 30, "restart_overhead_s": 6,
+                     "max_concurrency": 6},
+        "workload": {"model_size_mb": 1, "dataset_size_mb": 0.4, "samples": 1000, "epochs": 1,
+                     "local_batch": 10, "max_global_batch": 1000},
+        "profile": {"rate": {"slope": 0, "intercept": 10},
+                    "storage_bandwidth": {"slope": 0, "intercept": 10, "max_mbps": 100}},
+        "parameter_server": {"bandwidth_mbps": 1000, "function_bandwidth_mbps": 100,
+                             "price_per_hour": 0},
+        "objective": {"deadline_s": 100_000},
+    }
+    instance = load_instance(mapping)
+    costs = grid(instance)["cost"][:, 0]
+    assert int(np.argmin(costs)) + 1 == 5 and costs[5] > costs[4]  # the float setting holds
+    assert float(costs.max()) <= float(costs.min()) * (1 + COST_TIE)
+    answer = brute_force(instance, chunk_rows=rows)
+    assert (answer.status, answer.functions, answer.memory_mb) == ("optimal", 6, 1024)
 
 
 def test_shipped_instances_have_feasible_optima_within_limits() -> None:

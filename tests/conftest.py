@@ -1,0 +1,24 @@
+"""Test-wide settings: hypothesis profiles, and the repository root as the working directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# `ci` (default) keeps `make test` within minutes; HYPOTHESIS_PROFILE=thorough digs deeper.
+settings.register_profile(
+    "ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "thorough", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _repository_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instance paths in tests are relative to the repository root, wherever pytest starts."""
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)

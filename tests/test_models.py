@@ -1,0 +1,76 @@
+"""The SymPy model against DESIGN.md computed by hand, and the facts the bounds rest on."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from models import performance as model
+from models.bounds import facts
+from solver import load_instance
+
+MOBILENET = "instances/mobilenet-cifar10.yaml"
+
+
+def hand_figures(p: dict[str, float], n: int, m: float) -> dict[str, float]:
+    """DESIGN.md's equations line by line in plain Python floats."""
+    if n * p["b_lf"] <= p["b_gmax"]:
+        b_g, b_l = n * p["b_lf"], p["b_lf"]
+    else:
+        b_g, b_l = p["b_gmax"], p["b_gmax"] / n
+    k = p["n_t"] * p["e"] / b_g
+    rate = p["alpha1"] * min(m, p["m_sat"]) + p["beta1"]
+    storage = min(p["alpha2"] * m + p["beta2"], p["B_s"])
+    ps = min(p["B_fmax"], p["B_p"] / n)
+    t_train = p["d_t"] / (n * storage) + k * (b_l / rate + 2 * p["d_m"] / ps)
+    restarts = max(0, math.ceil(t_train / p["L"]) - 1)
+    t = t_train + restarts * p["o"]
+    cost = t * (n * m / 1024 * p["p_gbs"] + p["p_ps"] / 3600) + n * (restarts + 1) * p["p_req"]
+    return {"time": t, "cost": cost, "restarts": restarts, "iterations": k, "local_batch": b_l}
+
+
+@pytest.mark.parametrize(
+    ("n", "m"), [(1, 128), (8, 2048), (15, 531), (9, 3008), (64, 10240), (500, 700)]
+)
+def test_sympy_model_matches_design_by_hand(n: int, m: float) -> None:
+    params = load_instance(MOBILENET).parameters()
+    expected = hand_figures(params, n, m)
+    got = model.evaluate(params, n, m)
+    for name, value in expected.items():
+        assert float(getattr(got, name)) == pytest.approx(value, rel=1e-12), name
+
+
+def test_breakdowns_add_up_to_totals() -> None:
+    params = load_instance(MOBILENET).parameters()
+    n = np.arange(1, 65, dtype=float)[:, None]
+    m = np.arange(128, 10241, 97, dtype=float)[None, :]
+    f = model.evaluate(params, n, m)
+    np.testing.assert_allclose(
+        f.t_load + f.t_comp_total + f.t_comm_total + f.t_restart, f.time, rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        f.cost_functions + f.cost_ps + f.cost_requests, f.cost, rtol=1e-12
+    )
+
+
+def test_model_is_lambdified_once_per_figure_set() -> None:
+    names = ("time", "cost")
+    assert model._lambdified(names) is model._lambdified(names)
+
+
+def test_facts_prove_every_regime_and_solve_the_thresholds() -> None:
+    proved = facts()
+    assert proved.regimes_proved == 16
+    assert sp.simplify(proved.rate_root + model.beta1 / model.alpha1) == 0
+    assert sp.simplify(proved.storage_cap - (model.B_s - model.beta2) / model.alpha2) == 0
+    assert proved.batch_limit == model.b_gmax
+
+
+def test_a_false_monotonicity_claim_is_not_proved() -> None:
+    """The proof step can fail: a time that grows with m is not judged non-increasing."""
+    rho = sp.Symbol("rho", positive=True)
+    growing = sp.diff(model.d_t * model.m / rho, model.m)
+    assert not growing.is_nonpositive

@@ -1,0 +1,168 @@
+"""`solve()` and `evaluate()` against the independent brute-force oracle (tests/oracle.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from solver import (
+    Instance,
+    InstanceError,
+    NoValidPlanError,
+    Plan,
+    evaluate,
+    load_instance,
+    solve,
+)
+from tests.oracle import brute_force, grid
+from tests.strategies import instance_mappings
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))
+CATALOGUE = yaml.safe_load((ROOT / "tests" / "catalogue.yaml").read_text())
+
+
+def with_deadline(instance: Instance, deadline_s: float) -> Instance:
+    objective = dataclasses.replace(instance.objective, deadline_s=deadline_s)
+    return dataclasses.replace(instance, objective=objective)
+
+
+def assert_matches_oracle(plan: Plan, instance: Any) -> None:
+    """Same plan as brute force; cost within 1e-9 relative (the acceptance criterion)."""
+    expected = brute_force(load_instance(instance))
+    assert plan.status == expected.status
+    assert (plan.functions, plan.memory_mb) == (expected.functions, expected.memory_mb)
+    assert plan.cost_usd == pytest.approx(expected.cost_usd, rel=1e-9)
+    assert plan.time_s == pytest.approx(expected.time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("path", SHIPPED)
+def test_shipped_instances_are_solved_to_the_brute_force_optimum(path: str) -> None:
+    assert_matches_oracle(solve(path), path)
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=lambda entry: entry["id"])
+def test_catalogue(entry: dict[str, Any]) -> None:
+    """Expected answers recorded from the oracle; both the oracle and solve() must keep them."""
+    instance = load_instance(entry["instance"], platform=entry.get("platform"))
+    plan = solve(instance, deadline_s=entry.get("deadline_s"))
+    expected = entry["expected"]
+    assert plan.status == expected["status"]
+    assert (plan.functions, plan.memory_mb) == (expected["functions"], expected["memory_mb"])
+    assert plan.cost_usd == pytest.approx(expected["cost_usd"], rel=1e-9)
+    assert_matches_oracle(plan, with_deadline(instance, plan.deadline_s))
+
+
+@given(instance_mappings())
+def test_solve_is_optimal_against_brute_force(mapping: dict[str, Any]) -> None:
+    """Property: on random instances, solve() returns exactly the brute-force answer.
+
+    Optimal instances give the same (n, m) and cost; infeasible ones the same fastest plan;
+    instances with no valid plan at all raise NoValidPlanError where the oracle finds none.
+    """
+    instance = load_instance(mapping)
+    expected = brute_force(instance)
+    if expected.status == "none":
+        with pytest.raises(NoValidPlanError):
+            solve(instance)
+        return
+    assert_matches_oracle(solve(instance), instance)
+
+
+@settings(max_examples=60)
+@given(instance_mappings(), st.data())
+def test_evaluate_matches_the_oracle_at_random_plans(mapping: dict[str, Any], data: Any) -> None:
+    """Property: evaluate() gives the oracle's time, cost, validity and feasibility."""
+    instance = load_instance(mapping)
+    memory = instance.platform.memory.values()
+    n = data.draw(st.integers(1, instance.max_functions))
+    m = int(data.draw(st.sampled_from(list(memory))))
+    got = evaluate(instance, functions=n, memory_mb=m)
+    oracle = {k: float(np.asarray(v).item()) for k, v in grid(instance, n, m).items()}
+    assert got.valid == bool(oracle["valid"])
+    assert got.feasible == bool(oracle["feasible"])
+    if got.valid:
+        assert got.time_s == pytest.approx(oracle["time"], rel=1e-12)
+        assert got.cost_usd == pytest.approx(oracle["cost"], rel=1e-12)
+
+
+def test_solve_accepts_a_path_a_mapping_and_an_instance() -> None:
+    path = "instances/mobilenet-cifar10.yaml"
+    mapping = yaml.safe_load(Path(path).read_text())
+    answers = {(p.functions, p.memory_mb, p.cost_usd)
+               for p in (solve(path), solve(mapping), solve(load_instance(path)))}
+    assert len(answers) == 1
+
+
+def test_infeasible_answer_is_the_fastest_plan() -> None:
+    plan = solve("instances/mobilenet-cifar10.yaml", deadline_s=30)
+    assert plan.status == "infeasible" and plan.time_s > 30
+    instance = load_instance("instances/mobilenet-cifar10.yaml")
+    assert_matches_oracle(plan, with_deadline(instance, 30))
+
+
+def test_plan_breakdowns_add_up_and_serialise() -> None:
+    plan = solve("instances/resnet50-cifar10.yaml")
+    tb, cb = plan.time_breakdown, plan.cost_breakdown
+    total_t = tb.load_s + tb.compute_s + tb.communication_s + tb.restart_overhead_s
+    assert total_t == pytest.approx(plan.time_s, rel=1e-12)
+    assert cb.functions_usd + cb.parameter_server_usd + cb.requests_usd == pytest.approx(
+        plan.cost_usd, rel=1e-12
+    )
+    assert plan.invocations == plan.functions * (plan.restarts + 1)
+    payload = json.loads(json.dumps(plan.to_dict()))
+    assert payload["bounds"]["n_min"] <= plan.functions <= payload["bounds"]["n_max"]
+    assert payload["solver_status"] == "optimal" and payload["margin_s"] >= 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.functions = 1  # type: ignore[misc]
+
+
+def test_a_cheaper_platform_is_never_dearer() -> None:
+    x86 = solve("instances/mobilenet-cifar10.yaml")
+    arm = solve("instances/mobilenet-cifar10.yaml", platform="aws-lambda-arm64")
+    assert arm.cost_usd < x86.cost_usd
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"functions": 0, "memory_mb": 512}, "`functions`"),
+     ({"functions": 2, "memory_mb": -1}, "`memory_mb`"),
+     ({"functions": True, "memory_mb": 512}, "`functions`")],
+)
+def test_evaluate_rejects_bad_plans(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InstanceError, match=field):
+        evaluate("instances/mobilenet-cifar10.yaml", **kwargs)
+
+
+def test_solve_rejects_a_bad_deadline() -> None:
+    with pytest.raises(InstanceError, match="`deadline_s`"):
+        solve("instances/mobilenet-cifar10.yaml", deadline_s=float("nan"))
+
+
+def test_local_batch_of_exactly_one_is_valid() -> None:
+    """Found by hypothesis: at n = b_g^max, b_g^max·(1/n) rounds to 1 − 1ulp; still valid."""
+    mapping = {
+        "platform": {"name": "tiny", "memory_mb": {"min": 64, "max": 64, "step": 1},
+                     "price_per_gb_second": 1.66667e-05, "price_per_request": 0.0,
+                     "timeout_s": 20.0, "timeout_margin_s": 0.0, "restart_overhead_s": 0.0,
+                     "max_concurrency": 187},
+        "workload": {"model_size_mb": 1.0, "dataset_size_mb": 1.0, "samples": 100,
+                     "epochs": 1, "local_batch": 2, "max_global_batch": 187},
+        "profile": {"rate": {"slope": 0.0, "intercept": 1.0},
+                    "storage_bandwidth": {"slope": 0.0, "intercept": 1.0, "max_mbps": 5.0}},
+        "parameter_server": {"bandwidth_mbps": 369.0, "function_bandwidth_mbps": 5.0,
+                             "price_per_hour": 0.0},
+        "objective": {"deadline_s": 1.0},
+    }
+    plan = solve(mapping)
+    assert plan.functions == 187 and plan.local_batch == pytest.approx(1.0)
+    assert evaluate(mapping, functions=187, memory_mb=64).valid
+    assert_matches_oracle(plan, mapping)
