@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +178,7 @@ def _number(*, minimum: float | None = None, strict: bool = True, fix: str = "")
         need = "a number ≥ 0" if minimum == 0 else f"a number ≥ {minimum:g}"
 
     def check(path: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise _fail(path, value, need, fix)
         try:
             number = float(value)
@@ -196,13 +197,17 @@ def _integer(*, maximum: int = MAX_INTEGER, fix: str = "") -> Check:
     need = f"a positive integer ≤ {maximum:,}"
 
     def check(path: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise _fail(path, value, need, fix)
-        if isinstance(value, float) and not value.is_integer():
+        if isinstance(value, numbers.Integral):
+            whole = int(value)
+        elif math.isfinite(float(value)) and float(value).is_integer():
+            whole = int(float(value))
+        else:
             raise _fail(path, value, need, fix)
-        if value < 1 or value > maximum:
+        if not 1 <= whole <= maximum:
             raise _fail(path, value, need, fix)
-        return int(value)
+        return whole
 
     return check
 
@@ -223,7 +228,9 @@ def _section(
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(fields)}"
-            where = f"{path}.{key}" if path else str(key)
+            one_line = isinstance(key, str) and key.splitlines() == [key]
+            shown = key if one_line else repr(key)
+            where = f"{path}.{shown}" if path else str(shown)
             raise InstanceError(f"`{where}` is not a known field; {hint}")
     checked: dict[str, Any] = {}
     for key, check in fields.items():
@@ -341,10 +348,12 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InstanceError(f"file `{path}` does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError) as error:
+    except (OSError, UnicodeDecodeError, ValueError) as error:
         raise InstanceError(f"file `{path}` cannot be read: {error}") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise InstanceError(f"file `{path}` nests too deeply to be an instance") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -361,8 +370,11 @@ def platform_path(name: str, search: Path | None = None) -> Path:
     folders = ([search / "platforms", search] if search else []) + [SHIPPED_PLATFORMS]
     for folder in folders:
         candidate = folder / f"{name}.yaml"
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except (OSError, ValueError):  # a name too long, or with a NUL byte, is no platform
+            continue
     known = sorted(p.stem for p in SHIPPED_PLATFORMS.glob("*.yaml"))
     raise InstanceError(
         f"`platform` {name!r} is not a known platform; use one of {', '.join(known)} "
@@ -396,7 +408,10 @@ def load_instance(
     default_name = "instance"
     if isinstance(source, (str, Path)):
         path = Path(source)
-        search, default_name = path.resolve().parent, path.stem
+        try:
+            search, default_name = path.resolve().parent, path.stem
+        except (OSError, ValueError) as error:
+            raise InstanceError(f"`{source!s:.60}` is not a usable path: {error}") from None
         raw = read_yaml(path)
     else:
         raw = source

@@ -31,7 +31,9 @@ PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 def mobilenet_mapping() -> dict[str, Any]:
     """The shipped MobileNet instance as a mapping, to be varied by the tests."""
-    return yaml.safe_load((INSTANCES / "mobilenet-cifar10.yaml").read_text(encoding="utf-8"))
+    mapping = yaml.safe_load((INSTANCES / "mobilenet-cifar10.yaml").read_text(encoding="utf-8"))
+    assert isinstance(mapping, dict)
+    return mapping
 
 
 def mobilenet_by_hand(n: int, m: float) -> dict[str, float]:
@@ -182,7 +184,7 @@ def test_equal_costs_go_to_the_smaller_memory() -> None:
     values = grid(instance)
     assert answer.time_s == float(values["time"][values["feasible"]].min())
     # ... and time is flat in m from the first grid size >= 1,000 MB (1,024) on: that one wins.
-    assert answer.memory_mb == 1024
+    assert answer.memory_mb == 1024 and answer.functions is not None
     assert (values["time"][answer.functions - 1] == answer.time_s).sum() > 1
 
 
