@@ -166,3 +166,16 @@ def test_local_batch_of_exactly_one_is_valid() -> None:
     assert plan.functions == 187 and plan.local_batch == pytest.approx(1.0)
     assert evaluate(mapping, functions=187, memory_mb=64).valid
     assert_matches_oracle(plan, mapping)
+
+
+def test_solve_from_several_threads_at_once() -> None:
+    """A scheduler may call solve() from a thread pool: answers stay the single-thread ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = {path: solve(path) for path in SHIPPED}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        plans = list(pool.map(solve, SHIPPED * 5))
+    for path, plan in zip(SHIPPED * 5, plans, strict=True):
+        assert (plan.functions, plan.memory_mb, plan.cost_usd) == (
+            expected[path].functions, expected[path].memory_mb, expected[path].cost_usd
+        )
