@@ -16,7 +16,7 @@ from models import performance as model
 from solver.candidates import PRUNE_RTOL, TIE_RTOL, canonical, enumerate_candidates, pareto
 from solver.errors import InstanceError, NoValidPlanError, SolverError
 from solver.instance import Instance, load_instance
-from solver.plan import CostBreakdown, Evaluation, Plan, Status, TimeBreakdown
+from solver.plan import CostBreakdown, Evaluation, Plan, PlanFigures, Status, TimeBreakdown
 from solver.selection import select
 
 InstanceLike = Instance | Mapping[str, Any] | str | Path
@@ -196,22 +196,11 @@ def solve(
     bounds = dataclasses.replace(
         box.bounds, evaluated_points=evaluated, derivations=(*box.bounds.derivations, pruning)
     )
+    shared = {field.name: getattr(checked, field.name) for field in dataclasses.fields(PlanFigures)}
     return Plan(
+        **shared,
         status=status,
-        instance=loaded.name,
         platform=loaded.platform.name,
-        functions=plan_n,
-        memory_mb=plan_m,
-        time_s=checked.time_s,
-        cost_usd=checked.cost_usd,
-        deadline_s=deadline,
-        local_batch=checked.local_batch,
-        global_batch=checked.global_batch,
-        iterations=checked.iterations,
-        restarts=checked.restarts,
-        invocations=checked.invocations,
-        time_breakdown=checked.time_breakdown,
-        cost_breakdown=checked.cost_breakdown,
         bounds=bounds,
         candidates_evaluated=evaluated,
         pareto_candidates=front_size,

@@ -30,15 +30,12 @@ class CostBreakdown:
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """The model's figures for one plan `(functions, memory_mb)` of an instance."""
+class PlanFigures:
+    """The model's figures for one plan `(functions, memory_mb)`: shared by both results."""
 
     instance: str
     functions: int
     memory_mb: int
-    valid: bool
-    feasible: bool
-    violations: tuple[str, ...]
     time_s: float
     cost_usd: float
     deadline_s: float
@@ -50,12 +47,26 @@ class Evaluation:
     time_breakdown: TimeBreakdown
     cost_breakdown: CostBreakdown
 
+    @property
+    def margin_s(self) -> float:
+        """Seconds to spare before the deadline (negative: by how much it is missed)."""
+        return self.deadline_s - self.time_s
+
+
+@dataclass(frozen=True)
+class Evaluation(PlanFigures):
+    """The answer of `evaluate()`: the figures of any plan, and why it is not feasible."""
+
+    valid: bool
+    feasible: bool
+    violations: tuple[str, ...]
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(PlanFigures):
     """The answer of `solve()`: the cheapest feasible plan, or the fastest one if none is.
 
     `status` is the answer to the user's question; `solver_status` is HiGHS's termination
@@ -63,34 +74,16 @@ class Plan:
     """
 
     status: Status
-    instance: str
     platform: str
-    functions: int
-    memory_mb: int
-    time_s: float
-    cost_usd: float
-    deadline_s: float
-    local_batch: float
-    global_batch: float
-    iterations: float
-    restarts: int
-    invocations: int
-    time_breakdown: TimeBreakdown
-    cost_breakdown: CostBreakdown
     bounds: Bounds
     candidates_evaluated: int
     pareto_candidates: int
     solver_status: str
     solve_seconds: float
 
-    @property
-    def margin_s(self) -> float:
-        """Seconds to spare before the deadline (negative: by how much it is missed)."""
-        return self.deadline_s - self.time_s
-
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping: every field, nested breakdowns, and `margin_s`."""
-        out = asdict(self)
+        """A JSON-ready mapping: `status` first, every field, the bounds and `margin_s`."""
+        out = {"status": self.status, **asdict(self)}
         out["bounds"] = self.bounds.to_dict()
         out["margin_s"] = self.margin_s
         return out
