@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.ldnn_alg1 import ldnn_alg1
+from solver import solve
 from solver.errors import LambdaDnnError, NoValidPlanError
 from solver.instance import Instance, load_instance
+from tests.oracle import brute_force
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_INSTANCE = "instances/mobilenet-cifar10.yaml"
@@ -141,53 +143,22 @@ def same_plan(a: PlanSummary, b: PlanSummary) -> bool:
     return a.status == b.status and same_choice(a, b)
 
 
-def _import_solve() -> tuple[Callable[..., Any] | None, str | None]:
-    try:
-        from solver import solve
-    except ImportError as error:  # `solve` not written yet, or it fails to import
-        return None, f"solver.solve unavailable: {error}"
-    return solve, None
-
-
-def _import_brute_force() -> tuple[Callable[..., Any] | None, str | None]:
-    try:
-        from tests.oracle import brute_force
-    except ImportError as error:
-        return None, f"tests.oracle.brute_force unavailable: {error}"
-    return brute_force, None
-
-
 def bench_instance(
     instance: Instance, *, calls: int, brute_calls: int, alg1_calls: int
 ) -> InstanceReport:
     """Time solve, brute force and Algorithm 1 on one instance and compare their plans."""
     errors: list[str] = []
-    solve, problem = _import_solve()
-    brute_force, brute_problem = _import_brute_force()
-    errors += [p for p in (problem, brute_problem) if p]
-
     solve_ms: float | None = None
-    solved: PlanSummary | None = None
     candidates: int | None = None
-    if solve is not None:
-        try:
-            solve_ms, plan = median_ms(lambda: solve(instance), calls, warmup=True)
-            solved = summarise(plan)
-            raw = getattr(plan, "candidates_evaluated", None)
-            candidates = None if raw is None else int(raw)
-        except NoValidPlanError:  # the documented answer when no plan is valid at all
-            solved = PlanSummary("none", None, None, None, None)
-        except Exception as error:  # report a failing solver and go on
-            errors.append(f"solve raised {type(error).__name__}: {error}")
+    try:
+        solve_ms, plan = median_ms(lambda: solve(instance), calls, warmup=True)
+        solved = summarise(plan)
+        candidates = plan.candidates_evaluated
+    except NoValidPlanError:  # the documented answer when no plan is valid at all
+        solved = PlanSummary("none", None, None, None, None)
 
-    brute_ms: float | None = None
-    optimum: PlanSummary | None = None
-    if brute_force is not None:
-        try:
-            brute_ms, answer = median_ms(lambda: brute_force(instance), brute_calls, warmup=False)
-            optimum = summarise(answer)
-        except Exception as error:  # likewise for the oracle
-            errors.append(f"brute_force raised {type(error).__name__}: {error}")
+    brute_ms, answer = median_ms(lambda: brute_force(instance), brute_calls, warmup=False)
+    optimum: PlanSummary | None = summarise(answer)
 
     alg1_ms, alg1_result = median_ms(lambda: ldnn_alg1(instance), alg1_calls, warmup=True)
     alg1 = PlanSummary(
