@@ -47,7 +47,9 @@ def _regimes() -> list[tuple[str, dict[sp.Basic, sp.Basic], dict[sp.Basic, sp.Ba
     positive, which we state by rewriting the intercepts through positive symbols ρ1, ρ2.
     """
     rho1, rho2 = sp.symbols("rho1 rho2", positive=True)
-    piecewise = sorted(model.t_train.atoms(sp.Piecewise), key=str)
+    piecewise = (model.t_train + model.spread_variance).atoms(sp.Piecewise)
+    if any(pw.args[0].cond.canonical != model.fixed_local.canonical for pw in piecewise):
+        raise DerivationError("every Piecewise of the model must branch on the batch regime")
     rate_min = sp.Min(model.m, model.m_sat)
     storage_min = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
     ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
@@ -86,10 +88,14 @@ def facts() -> Facts:
     """Prove the monotonicity the bounds rely on and solve for the thresholds (once per process)."""
     regimes = _regimes()
     for name, choice, positivity in regimes:
-        t_train = model.t_train.xreplace(choice)
-        slope = sp.diff(t_train, model.m).subs(positivity)
-        if not slope.is_nonpositive:
-            raise DerivationError(f"could not prove ∂T_train/∂m ≤ 0 in regime {name}: {slope}")
+        # The quantile T_train + z·√variance falls with m when both parts do (√ increases).
+        for label, expression in (("T_train", model.t_train),
+                                  ("the spread's variance", model.spread_variance)):
+            slope = sp.diff(expression.xreplace(choice), model.m).subs(positivity)
+            if not slope.is_nonpositive:
+                raise DerivationError(
+                    f"could not prove ∂({label})/∂m ≤ 0 in regime {name}: {slope}"
+                )
     if not sp.diff(model.weight, model.m).is_nonnegative:
         raise DerivationError("could not prove that the cost weight is non-decreasing in m")
     linear_rate = model.alpha1 * model.m + model.beta1
@@ -163,7 +169,7 @@ def _first(mask: npt.NDArray[np.bool_]) -> int:
 
 def box(
     values: tuple[float, ...], memory: Array, *, max_functions: int, min_memory_mb: float,
-    deadline_s: float,
+    deadline_s: float, noise: model.NoiseTerms | None = None,
 ) -> Box | None:
     """Integer bounds for one instance, or None when no plan within its limits is valid.
 
@@ -188,7 +194,8 @@ def box(
     if n_valid < 1:
         return None
     functions = np.arange(1, n_valid + 1, dtype=np.int64)
-    envelope = model.figures(values, functions, memory[m_hi], ("time",))["time"]
+    checked = model.deadline_figure(noise)
+    envelope = model.figures(values, functions, memory[m_hi], (checked,), noise)[checked]
     meets = envelope <= deadline_s
     deadline_met = bool(meets.any())
     if deadline_met:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,16 @@ PARAMETER_SYMBOLS: tuple[sp.Symbol, ...] = (
 )
 PARAMETERS: tuple[str, ...] = tuple(symbol.name for symbol in PARAMETER_SYMBOLS)
 
+# Noise terms, per plan (models/noise.py computes them); EXACT gives DESIGN.md's model.
+s_c = sp.Symbol("s_c", positive=True)  # E[slowest of n workers' compute factors]
+v_c = sp.Symbol("v_c", nonnegative=True)  # its variance
+v_b = sp.Symbol("v_b", nonnegative=True)  # variance of an iteration's communication factor
+z = sp.Symbol("z", nonnegative=True)  # the guarantee's standard normal quantile
+c_e = sp.Symbol("c_e", nonnegative=True)  # expected start-up delay of an invocation round
+c_q = sp.Symbol("c_q", nonnegative=True)  # the delay planned for at the guarantee's quantile
+NOISE_SYMBOLS: tuple[sp.Symbol, ...] = (s_c, v_c, v_b, z, c_e, c_q)
+EXACT: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
 # --- the equations, in DESIGN.md's order --------------------------------------------------
 
 fixed_local = n * b_lf <= b_gmax
@@ -60,10 +70,17 @@ ps_bandwidth = sp.Min(B_fmax, B_p / n)
 t_load = d_t / (n * storage_bandwidth)
 t_comp = local_batch / rate
 t_comm = 2 * d_m / ps_bandwidth
-t_train = t_load + iterations * (t_comp + t_comm)
+t_train = t_load + iterations * (t_comp * s_c + t_comm)
 restarts = sp.Max(0, sp.ceiling(t_train / L) - 1)
 t_restart = restarts * o
-time = t_train + t_restart
+t_cold = (restarts + 1) * c_e
+time = t_train + t_restart + t_cold
+# Under a guarantee p the deadline is checked against a p-quantile: the k iterations' spread
+# adds up (central limit), restarts follow the longer run, start-ups their own quantile.
+spread_variance = iterations * (t_comp**2 * v_c + t_comm**2 * v_b)
+t_train_quantile = t_train + z * sp.sqrt(spread_variance)
+restarts_quantile = sp.Max(0, sp.ceiling(t_train_quantile / L) - 1)
+deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * c_q
 cost_functions = time * n * (m / 1024) * p_gbs
 cost_ps = time * p_ps / 3600
 cost_requests = n * (restarts + 1) * p_req
@@ -78,12 +95,14 @@ FIGURES: dict[str, sp.Expr] = {
     "rate": rate,
     "storage_bandwidth": storage_bandwidth,
     "t_load": t_load,
-    "t_comp_total": iterations * t_comp,
+    "t_comp_total": iterations * t_comp * s_c,
     "t_comm_total": iterations * t_comm,
     "t_train": t_train,
     "restarts": restarts,
     "t_restart": t_restart,
+    "t_cold": t_cold,
     "time": time,
+    "deadline_time": deadline_time,
     "cost_functions": cost_functions,
     "cost_ps": cost_ps,
     "cost_requests": cost_requests,
@@ -113,7 +132,9 @@ class Figures:
     t_train: Array
     restarts: Array
     t_restart: Array
+    t_cold: Array
     time: Array
+    deadline_time: Array
     cost_functions: Array
     cost_ps: Array
     cost_requests: Array
@@ -143,7 +164,8 @@ def _lambdified(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]]:
     """One numpy function for the chosen figures, sharing common subexpressions (built once)."""
     expressions = [{**FIGURES, **AUXILIARY}[name] for name in names]
     function: Callable[..., tuple[Any, ...]] = sp.lambdify(
-        (n, m, *PARAMETER_SYMBOLS), expressions, modules=[{"select": _select}, "numpy"],
+        (n, m, *PARAMETER_SYMBOLS, *NOISE_SYMBOLS), expressions,
+        modules=[{"select": _select}, "numpy"],
         cse=True,
     )
     return function
@@ -154,16 +176,31 @@ def parameter_values(params: Mapping[str, float]) -> tuple[float, ...]:
     return tuple(float(params[name]) for name in PARAMETERS)
 
 
+def deadline_figure(noise: NoiseTerms | None) -> str:
+    """The figure checked against the deadline: the model's time, or its quantile under noise."""
+    return "time" if noise is None else "deadline_time"
+
+
+class NoiseTerms(Protocol):
+    """Per-plan noise terms (`NOISE_SYMBOLS` order) for an array of function counts."""
+
+    def terms(self, functions: Array) -> tuple[Array | float, ...]: ...
+
+
 def figures(
     values: tuple[float, ...], functions: npt.ArrayLike, memory_mb: npt.ArrayLike,
-    names: tuple[str, ...],
+    names: tuple[str, ...], noise: NoiseTerms | None = None,
 ) -> dict[str, Array]:
-    """Selected figures for plans `functions` × `memory_mb` (broadcast); the hot path."""
+    """Selected figures for plans `functions` × `memory_mb` (broadcast); the hot path.
+
+    Without `noise` the figures are DESIGN.md's model exactly.
+    """
     n_arr = np.asarray(functions, dtype=np.float64)
     m_arr = np.asarray(memory_mb, dtype=np.float64)
     shape = np.broadcast_shapes(n_arr.shape, m_arr.shape)
+    terms = EXACT if noise is None else noise.terms(n_arr)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        results = _lambdified(names)(n_arr, m_arr, *values)
+        results = _lambdified(names)(n_arr, m_arr, *values, *terms)
     out = {}
     for name, result in zip(names, results, strict=True):
         array = np.asarray(result, dtype=np.float64)
@@ -172,8 +209,9 @@ def figures(
 
 
 def evaluate(
-    params: Mapping[str, float], functions: npt.ArrayLike, memory_mb: npt.ArrayLike
+    params: Mapping[str, float], functions: npt.ArrayLike, memory_mb: npt.ArrayLike,
+    noise: NoiseTerms | None = None,
 ) -> Figures:
     """Every figure of the model for plans `functions` × `memory_mb` (numpy broadcasting)."""
     names = tuple(FIGURES)
-    return Figures(**figures(parameter_values(params), functions, memory_mb, names))
+    return Figures(**figures(parameter_values(params), functions, memory_mb, names, noise))

@@ -61,10 +61,15 @@ def _expand(n: Index, lo: Index, hi: Index) -> tuple[Index, Index]:
 
 def enumerate_candidates(
     values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, m_hi: int,
-    deadline_s: float,
+    deadline_s: float, noise: model.NoiseTerms | None = None,
 ) -> Candidates:
-    """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way."""
-    names = ("time", "restarts", "cost")
+    """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
+
+    `time` in the result is the time checked against the deadline: the model's, or under a
+    guarantee its quantile (`noise`); the cost is always the expected one.
+    """
+    checked = model.deadline_figure(noise)
+    names = tuple(dict.fromkeys(("time", "restarts", "cost", checked)))
     found_n: list[Index] = []
     found_m: list[Index] = []
     found_t: list[Array] = []
@@ -74,12 +79,12 @@ def enumerate_candidates(
 
     def record(n: Index, index: Index) -> dict[str, Array]:
         nonlocal evaluated, incumbent
-        figures = model.figures(values, n.astype(np.float64), memory[index], names)
+        figures = model.figures(values, n.astype(np.float64), memory[index], names, noise)
         evaluated += len(n)
-        feasible = figures["time"] <= deadline_s
+        feasible = figures[checked] <= deadline_s
         found_n.append(n[feasible])
         found_m.append(index[feasible])
-        found_t.append(figures["time"][feasible])
+        found_t.append(figures[checked][feasible])
         found_c.append(figures["cost"][feasible])
         if feasible.any():
             incumbent = min(incumbent, float(figures["cost"][feasible].min()))
@@ -99,7 +104,7 @@ def enumerate_candidates(
         floor = model_bounds.cost_lower_bound(
             values, n.astype(np.float64), memory[lo], at_end["time"], at_end["restarts"]
         )
-        keep = (at_end["time"] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
+        keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
         keep &= hi > lo  # a one-point piece was evaluated exactly just now
         n, lo, hi = n[keep], lo[keep], hi[keep]
     return Candidates(

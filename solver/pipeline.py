@@ -13,6 +13,7 @@ import numpy as np
 
 from models import bounds as model_bounds
 from models import performance as model
+from models.noise import NoiseModel, PlanningNoise, planning_noise
 from solver.candidates import PRUNE_RTOL, TIE_RTOL, canonical, enumerate_candidates, pareto
 from solver.errors import InstanceError, NoValidPlanError, SolverError
 from solver.instance import Instance, load_instance
@@ -33,9 +34,11 @@ def _with_deadline(instance: Instance, deadline_s: float | None) -> Instance:
     return dataclasses.replace(instance, objective=objective)
 
 
-def _evaluation(instance: Instance, functions: int, memory_mb: int) -> Evaluation:
+def _evaluation(
+    instance: Instance, functions: int, memory_mb: int, noise: PlanningNoise | None = None
+) -> Evaluation:
     """The model's full figures for one plan, with every reason it is not feasible."""
-    f = model.evaluate(instance.parameters(), functions, memory_mb)
+    f = model.evaluate(instance.parameters(), functions, memory_mb, noise)
     figure = {name: float(value) for name, value in vars(f).items()}
     violations: list[str] = []
     if figure["rate"] <= 0:
@@ -51,8 +54,10 @@ def _evaluation(instance: Instance, functions: int, memory_mb: int) -> Evaluatio
         violations.append(f"the local batch {figure['local_batch']:.4g} is below 1")
     valid = not violations
     deadline = instance.objective.deadline_s
-    if valid and figure["time"] > deadline:
-        violations.append(f"it takes {figure['time']:.1f} s, past the deadline of {deadline:g} s")
+    if valid and figure["deadline_time"] > deadline:
+        violations.append(
+            f"it takes {figure['deadline_time']:.1f} s, past the deadline of {deadline:g} s"
+        )
     if functions > instance.max_functions:
         violations.append(f"{functions} functions exceed the limit of {instance.max_functions}")
     if memory_mb < instance.min_memory_mb:
@@ -75,13 +80,15 @@ def _evaluation(instance: Instance, functions: int, memory_mb: int) -> Evaluatio
         time_s=figure["time"],
         cost_usd=figure["cost"],
         deadline_s=deadline,
+        deadline_time_s=figure["deadline_time"],
         local_batch=figure["local_batch"],
         global_batch=figure["global_batch"],
         iterations=figure["iterations"],
         restarts=restarts,
         invocations=functions * (restarts + 1),
         time_breakdown=TimeBreakdown(
-            figure["t_load"], figure["t_comp_total"], figure["t_comm_total"], figure["t_restart"]
+            figure["t_load"], figure["t_comp_total"], figure["t_comm_total"],
+            figure["t_restart"], figure["t_cold"],
         ),
         cost_breakdown=CostBreakdown(
             figure["cost_functions"], figure["cost_ps"], figure["cost_requests"]
@@ -120,31 +127,54 @@ def evaluate(instance: InstanceLike, *, functions: int, memory_mb: int) -> Evalu
     )
 
 
+def _planning_noise(
+    instance: Instance, guarantee: float | None, noise: NoiseModel | None
+) -> PlanningNoise | None:
+    if guarantee is None:
+        if noise is not None:
+            raise InstanceError("`noise` is only used with `guarantee`; pass both or neither")
+        return None
+    if isinstance(guarantee, bool) or not isinstance(guarantee, (int, float)) or not (
+        0 < guarantee < 1
+    ):
+        raise InstanceError(
+            f"`guarantee` must be a probability strictly between 0 and 1, got {guarantee!r}"
+        )
+    return planning_noise(noise or NoiseModel(), float(guarantee), instance.max_functions)
+
+
 def solve(
-    instance: InstanceLike, *, platform: str | None = None, deadline_s: float | None = None
+    instance: InstanceLike, *, platform: str | None = None, deadline_s: float | None = None,
+    guarantee: float | None = None, noise: NoiseModel | None = None,
 ) -> Plan:
     """The cheapest plan that meets the deadline over the whole grid, proven by HiGHS.
 
     `instance` is an `Instance`, a mapping in the YAML schema or a path to a YAML file;
     `platform` replaces its platform by name and `deadline_s` its deadline. When no plan
     meets the deadline the answer has `status == "infeasible"` and is the fastest plan.
+    With `guarantee=p` the plan meets the deadline in at least a share p of runs under the
+    noise model (`noise`, default `NoiseModel()`): the deadline is checked against the
+    p-quantile of the training time, the cost is the expected one.
     Raises `InstanceError` for bad input, `NoValidPlanError` when no plan is valid at all,
     `SolverError` when HiGHS does not prove an optimum or the re-check fails.
     """
     started = time.perf_counter()
     loaded = _with_deadline(load_instance(instance, platform=platform), deadline_s)
+    planning = _planning_noise(loaded, guarantee, noise)
     values = model.parameter_values(loaded.parameters())
     memory = loaded.platform.memory.values()
     deadline = loaded.objective.deadline_s
     box = model_bounds.box(
         values, memory, max_functions=loaded.max_functions,
-        min_memory_mb=loaded.min_memory_mb, deadline_s=deadline,
+        min_memory_mb=loaded.min_memory_mb, deadline_s=deadline, noise=planning,
     )
     if box is None:
         raise NoValidPlanError(_no_valid_plan(loaded))
     if box.bounds.deadline_met:
         rows = box.functions[box.envelope_time <= deadline]
-        found = enumerate_candidates(values, memory, rows, box.m_lo, box.m_hi, deadline)
+        found = enumerate_candidates(
+            values, memory, rows, box.m_lo, box.m_hi, deadline, planning
+        )
         n, index, t, c = found.functions, found.memory_index, found.time, found.cost
         # Only plans the cost bound cannot rule out reach the model: the rest cost provably more
         # than the incumbent, a feasible plan.
@@ -165,7 +195,9 @@ def solve(
     else:
         n = box.functions
         t = box.envelope_time
-        c = model.figures(values, n.astype(np.float64), memory[box.m_hi], ("cost",))["cost"]
+        c = model.figures(
+            values, n.astype(np.float64), memory[box.m_hi], ("cost",), planning
+        )["cost"]
         index = np.full(len(n), box.m_hi, dtype=np.int64)
         front = pareto(t, c, n, index)
         selection = select(t[front], t[front], deadline_s=None)
@@ -177,10 +209,10 @@ def solve(
         evaluated, front_size = len(n), len(front)
         plan_n, plan_m, plan_t = int(n[chosen]), int(memory[box.m_hi]), float(t[chosen])
 
-    checked = _evaluation(loaded, plan_n, plan_m)
-    if not checked.valid or abs(checked.time_s - plan_t) > TIE_RTOL * plan_t:
+    checked = _evaluation(loaded, plan_n, plan_m, planning)
+    if not checked.valid or abs(checked.deadline_time_s - plan_t) > TIE_RTOL * plan_t:
         raise SolverError(
-            f"re-check failed: the model gives {checked.time_s!r} s for the chosen plan "
+            f"re-check failed: the model gives {checked.deadline_time_s!r} s for the chosen plan "
             f"({plan_n} × {plan_m} MB), the enumeration {plan_t!r} s"
         )
     if status == "optimal" and not checked.feasible:
@@ -201,6 +233,7 @@ def solve(
         **shared,
         status=status,
         platform=loaded.platform.name,
+        guarantee=guarantee,
         bounds=bounds,
         candidates_evaluated=evaluated,
         pareto_candidates=front_size,

@@ -18,6 +18,7 @@ class TimeBreakdown:
     compute_s: float
     communication_s: float
     restart_overhead_s: float
+    cold_start_s: float
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,11 @@ class CostBreakdown:
 
 @dataclass(frozen=True)
 class PlanFigures:
-    """The model's figures for one plan `(functions, memory_mb)`: shared by both results."""
+    """The model's figures for one plan `(functions, memory_mb)`: shared by both results.
+
+    `time_s` and `cost_usd` are expected values; `deadline_time_s` is the time checked
+    against the deadline: `time_s` itself, or under a guarantee p its p-quantile.
+    """
 
     instance: str
     functions: int
@@ -39,6 +44,7 @@ class PlanFigures:
     time_s: float
     cost_usd: float
     deadline_s: float
+    deadline_time_s: float
     local_batch: float
     global_batch: float
     iterations: float
@@ -50,7 +56,7 @@ class PlanFigures:
     @property
     def margin_s(self) -> float:
         """Seconds to spare before the deadline (negative: by how much it is missed)."""
-        return self.deadline_s - self.time_s
+        return self.deadline_s - self.deadline_time_s
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class Plan(PlanFigures):
 
     status: Status
     platform: str
+    guarantee: float | None
     bounds: Bounds
     candidates_evaluated: int
     pareto_candidates: int
