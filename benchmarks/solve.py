@@ -6,7 +6,7 @@ For every shipped instance (``instances/*.yaml``) it times, as medians:
 * `solver.solve(instance)` — warm calls (one untimed call first, so the once-per-process
   lambdification is not charged to it), because a scheduler calls it in a loop;
 * `tests.oracle.brute_force(instance)` — the full-grid enumeration that defines "optimal";
-* `benchmarks.ldnn_alg1.ldnn_alg1(instance)` — λDNN's published heuristic, the baseline;
+* `simulator.ldnn_alg1.ldnn_alg1(instance)` — λDNN's published heuristic, the baseline;
 
 and checks that `solve` returns the brute-force optimum (same `functions` and `memory_mb`,
 cost within 1e-9 relative) and how far Algorithm 1 is from it.  It also times the ``lambdadnn
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ldnn_alg1 import ldnn_alg1
+from simulator.ldnn_alg1 import ldnn_alg1
 from solver import solve
 from solver.errors import LambdaDnnError, NoValidPlanError
 from solver.instance import Instance, load_instance

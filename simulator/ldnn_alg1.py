@@ -1,11 +1,12 @@
 """λDNN's provisioning heuristic (Algorithm 1 of Xu et al., IEEE TC 2021) as a baseline.
 
-The benchmark compares `solver.solve` with the heuristic the paper shipped, so the heuristic
-must be the paper's, not an improved one: it walks memory sizes 128 → 3,008 MB in 64 MB steps
-and, at each size, the function counts from a closed-form lower bound `n_lower` up to
-`n_upper = ⌊B_p / B_f^max⌋`, stopping at the first count that meets the deadline; of the plans
-found this way (one per memory size at most) it keeps the cheapest.  It evaluates plan by plan
-with scalar calls, exactly as published — vectorising it would measure something else.
+The benchmark (`benchmarks/solve.py`) and the simulator's `ldnn-alg1` strategy
+(`simulator/baselines.py`) compare `solver.solve` with the heuristic the paper shipped, so the
+heuristic must be the paper's, not an improved one: it walks memory sizes 128 → 3,008 MB in
+64 MB steps and, at each size, the function counts from a closed-form lower bound `n_lower` up
+to `n_upper = ⌊B_p / B_f^max⌋`, stopping at the first count that meets the deadline; of the
+plans found this way (one per memory size at most) it keeps the cheapest.  It evaluates plan by
+plan with scalar calls, exactly as published — vectorising it would measure something else.
 
 Sources, and what comes from where
 ----------------------------------

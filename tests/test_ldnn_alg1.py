@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from benchmarks.ldnn_alg1 import (
+from simulator.ldnn_alg1 import (
     Alg1Result,
     ldnn_alg1,
     memory_sizes,
