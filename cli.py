@@ -10,15 +10,27 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from simulator.compare import (
+    DEFAULT_GUARANTEE,
+    STRATEGY_NAMES,
+    StrategyReport,
+    compare,
+    summarise,
+)
+from simulator.compare import plot as plot_comparison
+from simulator.pool import DEFAULT_POOL_SIZE
+from simulator.trace import generate_trace, read_trace
 from solver import (
     Evaluation,
     InstanceError,
     LambdaDnnError,
+    NoiseModel,
     NoValidPlanError,
     Plan,
     evaluate,
@@ -264,6 +276,128 @@ def frontier_command(
     if plot_path is not None:
         lines.append(f"  plot written to {plot_path}")
     click.echo("\n".join(lines))
+
+
+def _report_table(reports: list[StrategyReport]) -> str:
+    header = (f"  {'strategy':<14}{'met':>8}{'total $':>11}{'mean $':>10}{'explore $':>11}"
+              f"{'mem GB':>8}{'GB-s':>12}{'|pred-sim| s':>14}")
+    lines = [header]
+    for r in reports:
+        lines.append(
+            f"  {r.name:<14}{r.deadline_met:>8.2%}{r.total_cost_usd:>11.2f}"
+            f"{r.mean_cost_usd:>10.4f}{r.exploration_cost_usd:>11.2f}{r.mean_memory_gb:>8.1f}"
+            f"{r.gb_seconds:>12,.0f}{r.mean_abs_prediction_error_s:>14.1f}"
+        )
+    return "\n".join(lines)
+
+
+def _progress_bars(enabled: bool) -> Callable[[str], Callable[[int, int], None]] | None:
+    """A click progress bar per strategy on stderr (none when stderr is not a terminal)."""
+    if not enabled:
+        return None
+
+    def for_strategy(name: str) -> Callable[[int, int], None]:
+        state: dict[str, Any] = {}
+
+        def update(done: int, total: int) -> None:
+            if "bar" not in state:
+                state["bar"] = click.progressbar(length=total, label=f"{name:<14}",
+                                                 file=sys.stderr)
+                state["bar"].__enter__()
+            state["bar"].update(1)
+            if done == total:
+                state["bar"].__exit__(None, None, None)
+
+        return update
+
+    return for_strategy
+
+
+noise_options = [
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of every draw."),
+    click.option("--pool", "pool_size", type=click.IntRange(min=1), default=DEFAULT_POOL_SIZE,
+                 show_default=True, help="Functions shared by all jobs."),
+    click.option("--guarantee", type=float, default=DEFAULT_GUARANTEE, show_default=True,
+                 help="lambdadnn plans to meet the deadline in this share of runs."),
+    click.option("--failure-rate", type=float, default=0.0, show_default=True,
+                 help="Function crashes per function-hour."),
+]
+
+
+def _with_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+@main.command("simulate")
+@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--strategy", "name", type=click.Choice(STRATEGY_NAMES), default="lambdadnn",
+              show_default=True)
+@_with_options(noise_options)
+@json_option
+@friendly
+def simulate_command(
+    trace: Path, name: str, seed: int, pool_size: int, guarantee: float, failure_rate: float,
+    as_json: bool,
+) -> None:
+    """Replay a trace (CSV: submit_time_s,instance,epochs,deadline_s) with one strategy."""
+    jobs = read_trace(trace)
+    noise = NoiseModel(failure_rate_per_hour=failure_rate)
+    results = compare(jobs, [name], seed=seed, noise=noise, pool_size=pool_size,
+                      guarantee=guarantee, progress=_progress_bars(not as_json))
+    outcomes = results[name]
+    report = summarise(name, outcomes)
+    if as_json:
+        _emit_json({"strategy": report.to_dict(), "jobs": [asdict(o) for o in outcomes]})
+        return
+    click.echo(f"{len(jobs)} jobs from {trace}, strategy {name}, seed {seed}")
+    click.echo(_report_table([report]))
+
+
+@main.command("compare")
+@click.option("--jobs", "job_count", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Jobs to generate (Poisson arrivals over the shipped workloads).")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
+              help="Replay this trace instead of generating one.")
+@click.option("--strategies", default=",".join(STRATEGY_NAMES), show_default=True,
+              help="Comma-separated strategy names.")
+@_with_options(noise_options)
+@click.option("--plots", type=click.Path(file_okay=False, path_type=Path),
+              help="Write cost_cdf.png and time_vs_deadline.png to this folder.")
+@json_option
+@friendly
+def compare_command(
+    job_count: int, trace: Path | None, strategies: str, seed: int, pool_size: int,
+    guarantee: float, failure_rate: float, plots: Path | None, as_json: bool,
+) -> None:
+    """Every strategy on the same simulated jobs: deadlines met, cost, memory, accuracy."""
+    names = [name.strip() for name in strategies.split(",") if name.strip()]
+    unknown = [name for name in names if name not in STRATEGY_NAMES]
+    if unknown or not names:
+        raise InstanceError(
+            f"`--strategies` has unknown names {unknown}; choose from {', '.join(STRATEGY_NAMES)}"
+        )
+    jobs = read_trace(trace) if trace else generate_trace(job_count, seed=seed)
+    noise = NoiseModel(failure_rate_per_hour=failure_rate)
+    results = compare(jobs, names, seed=seed, noise=noise, pool_size=pool_size,
+                      guarantee=guarantee, progress=_progress_bars(not as_json))
+    reports = [summarise(name, results[name]) for name in names]
+    written = plot_comparison(results, plots) if plots else []
+    if as_json:
+        _emit_json({"jobs": len(jobs), "seed": seed, "guarantee": guarantee,
+                    "strategies": [r.to_dict() for r in reports],
+                    "plots": [str(p) for p in written]})
+        return
+    source = f"trace {trace}" if trace else f"{len(jobs)} generated jobs"
+    click.echo(f"{source}, seed {seed}, pool {pool_size:,} functions, lambdadnn guarantee "
+               f"{guarantee:g}")
+    click.echo(_report_table(reports))
+    for path in written:
+        click.echo(f"  plot written to {path}")
 
 
 if __name__ == "__main__":

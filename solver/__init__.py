@@ -1,6 +1,7 @@
 """lambdadnn's solver: from a provisioning instance to the cheapest plan that meets its deadline."""
 
 from models.bounds import Bounds
+from models.noise import NoiseModel
 from solver.errors import (
     DerivationError,
     InstanceError,
@@ -14,6 +15,6 @@ from solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
 
 __all__ = [
     "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",
-    "LambdaDnnError", "NoValidPlanError", "Plan", "SolverError", "TimeBreakdown", "evaluate",
-    "load_instance", "solve",
+    "LambdaDnnError", "NoValidPlanError", "NoiseModel", "Plan", "SolverError", "TimeBreakdown",
+    "evaluate", "load_instance", "solve",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from models.performance import evaluate
 from simulator.ldnn_alg1 import (
     Alg1Result,
     ldnn_alg1,
@@ -21,7 +22,6 @@ from simulator.ldnn_alg1 import (
     n_lower,
     n_upper,
 )
-from models.performance import evaluate
 from solver.instance import Instance, load_instance
 
 ROOT = Path(__file__).resolve().parent.parent

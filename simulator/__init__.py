@@ -1,0 +1,1 @@
+"""Trace-driven evaluation: a discrete-event simulator of training on functions, not the model."""

@@ -1,0 +1,151 @@
+"""Strategies side by side on the same simulated jobs: who meets deadlines, at what price.
+
+Every strategy sees the same trace, the same pool and, job by job, the same random draws
+(`simulator.pool.run_trace` seeds each job from the run's seed and the job's index), so the
+differences in the report come from the plans alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.noise import NoiseModel
+from simulator.baselines import STRATEGIES, StrategyPlan
+from simulator.pool import JobOutcome, run_trace
+from simulator.trace import Job
+from solver import Instance, NoValidPlanError, solve
+
+Progress = Callable[[int, int], None]
+Planner = Callable[[Instance, np.random.Generator, NoiseModel], StrategyPlan]
+STRATEGY_NAMES = ("lambdadnn", *STRATEGIES)
+DEFAULT_GUARANTEE = 0.999
+
+
+def lambdadnn_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:
+    """Our planner: `solve()` with the guarantee, memoised per (instance, deadline) as a
+    scheduler would. No trial runs: the plan comes from the model alone. When no plan can
+    meet the deadline the job still runs, on the fastest plan (and most likely misses)."""
+
+    @lru_cache(maxsize=4096)
+    def planned(instance: Instance, noise: NoiseModel) -> StrategyPlan:
+        try:
+            plan = solve(instance, guarantee=guarantee, noise=noise if guarantee else None)
+        except NoValidPlanError:
+            return StrategyPlan(0, 0, 0.0, 0.0, 0, found=False)
+        return StrategyPlan(plan.functions, plan.memory_mb, plan.time_s, 0.0, 0, found=True)
+
+    def plan_for(instance: Instance, rng: np.random.Generator, noise: NoiseModel) -> StrategyPlan:
+        return planned(instance, noise)
+
+    return plan_for
+
+
+def strategy(name: str, *, guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:
+    """The planner registered under `name` (see `STRATEGY_NAMES`)."""
+    if name == "lambdadnn":
+        return lambdadnn_strategy(guarantee)
+    if name not in STRATEGIES:
+        raise KeyError(name)
+    return STRATEGIES[name]
+
+
+@dataclass(frozen=True)
+class StrategyReport:
+    """One strategy's results over a trace: the figures `lambdadnn compare` prints."""
+
+    name: str
+    jobs: int
+    deadline_met: float
+    total_cost_usd: float
+    mean_cost_usd: float
+    exploration_cost_usd: float
+    mean_memory_gb: float
+    gb_seconds: float
+    mean_abs_prediction_error_s: float
+    no_plan: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarise(name: str, outcomes: Sequence[JobOutcome]) -> StrategyReport:
+    """Aggregate per-job outcomes; jobs a strategy could not plan count as missed, cost 0."""
+    ran = [o for o in outcomes if o.status == "ok"]
+    total = sum(o.cost_usd + o.exploration_cost_usd for o in outcomes)
+    errors = [abs(o.predicted_time_s - o.time_s) for o in ran]
+    return StrategyReport(
+        name=name,
+        jobs=len(outcomes),
+        deadline_met=sum(o.met_deadline for o in outcomes) / max(1, len(outcomes)),
+        total_cost_usd=total,
+        mean_cost_usd=total / max(1, len(outcomes)),
+        exploration_cost_usd=sum(o.exploration_cost_usd for o in outcomes),
+        mean_memory_gb=statistics.fmean(o.functions * o.memory_mb / 1024 for o in ran)
+        if ran else 0.0,
+        gb_seconds=sum(o.gb_seconds for o in ran),
+        mean_abs_prediction_error_s=statistics.fmean(errors) if errors else 0.0,
+        no_plan=len(outcomes) - len(ran),
+    )
+
+
+def compare(
+    jobs: Sequence[Job], names: Sequence[str], *, seed: int, noise: NoiseModel,
+    pool_size: int, guarantee: float | None = DEFAULT_GUARANTEE,
+    progress: Callable[[str], Progress] | None = None,
+) -> dict[str, list[JobOutcome]]:
+    """Run every named strategy over the same jobs; outcomes per strategy, in job order."""
+    results: dict[str, list[JobOutcome]] = {}
+    for name in names:
+        planner = strategy(name, guarantee=guarantee)
+        results[name] = run_trace(
+            jobs, planner, pool_size=pool_size, noise=noise, seed=seed,
+            progress=progress(name) if progress else None,
+        )
+    return results
+
+
+def plot(results: Mapping[str, Sequence[JobOutcome]], folder: Path) -> list[Path]:
+    """Two PNGs: the CDF of cost per job, and simulated time ÷ deadline per job."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, outcomes in results.items():
+        costs = np.sort([o.cost_usd + o.exploration_cost_usd for o in outcomes])
+        axes.step(costs, np.arange(1, len(costs) + 1) / len(costs), where="post", label=name)
+    axes.set(xscale="log", xlabel="cost per job (USD, exploration included)",
+             ylabel="share of jobs", title="CDF of cost per job")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    written.append(folder / "cost_cdf.png")
+    figure.savefig(written[-1])
+    plt.close(figure)
+
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, outcomes in results.items():
+        ratio = np.sort([(o.end_time_s - o.submit_time_s) / o.deadline_s
+                         for o in outcomes if o.status == "ok"])
+        axes.step(ratio, np.arange(1, len(ratio) + 1) / max(1, len(ratio)), where="post",
+                  label=name)
+    axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    axes.set(xlabel="completion time ÷ deadline (right of the line: missed)",
+             ylabel="share of jobs", title="Simulated time against the deadline")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    written.append(folder / "time_vs_deadline.png")
+    figure.savefig(written[-1])
+    plt.close(figure)
+    return written

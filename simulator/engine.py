@@ -1,0 +1,265 @@
+"""Discrete-event simulation of one synchronous parameter-server (BSP) training job on functions.
+
+The analytical model (`models.performance`) gives every step its mean; this simulator draws each
+worker's and each iteration's time around it (`models.noise.NoiseModel`), so it shows what the
+model leaves out: stragglers, cold starts, jitter, wasted time before timeouts and failures.
+With `NoiseModel.none()` it reproduces the model's `time` (within 1%: restarts are discrete).
+
+Semantics, for a plan of n functions of m MB (k = the model's iterations, real-valued):
+
+* Rounds. Training runs in invocation rounds. A round invokes n functions at once, each with a
+  cold start (lognormal: median `cold_start_median_s`, σ `cold_start_sigma`; none at median 0);
+  the round proceeds when the slowest is up. The first round then loads the data:
+  t_load = d_t/(n·B_f^s) per worker × a mean-1 lognormal factor (`bandwidth_cv`), the slowest
+  worker setting the pace; later rounds load the last checkpoint in `restart_overhead_s`.
+* Iterations. Worker i computes in t_comp·X_i (t_comp = the model's per-iteration compute,
+  X_i mean-1 lognormal with `compute_cv`, independent per worker and iteration), then pushes
+  d_m MB of gradients; when the PS has every gradient, all n workers pull d_m MB of parameters
+  and the next iteration starts (the barrier waits for the slowest worker: stragglers).
+  The PS link carries at most B_p MB/s and a flow at most B_f^max. The pulls start together and
+  share it equally: each takes d_m/min(B_f^max, B_p/n). The pushes start as workers finish
+  computing, at sorted times c_(1) ≤ … ≤ c_(n); the push phase ends at the larger of the two
+  lower bounds on delivering them all, c_(n) + d_m/B_f^max (no flow beats its cap) and
+  max_j c_(j) + (n−j+1)·d_m/B_p (what arrives from c_(j) on needs that much of the link): the
+  fluid water-filling schedule that never idles the link while a push could use it. It is
+  exact when pushes cannot contend (n·B_f^max ≤ B_p) and when they start together (zero noise:
+  the model's d_m/min(B_f^max, B_p/n)); strict per-flow equal sharing of staggered pushes ends
+  later by less than d_m/B_f^max (tests/test_engine.py checks it against an event-driven
+  reference) — the price of a closed form over all iterations of a round at once.
+  Per iteration, the communication is scaled by one mean-1 lognormal factor (`bandwidth_cv`).
+  The model's k is real-valued: ⌊k⌋ full iterations run, then one of fraction k − ⌊k⌋ whose
+  compute and communication are scaled by that fraction.
+* Timeouts. An invocation may work L = timeout_s − timeout_margin_s seconds, counted from the
+  round's invocation (cold start included, conservatively). Before each iteration the job
+  estimates it by the longest iteration seen so far (at first the model's mean, so zero noise
+  estimates exactly); if it would end after L, the job checkpoints (at no cost: the margin is
+  for that) and a new round starts: a restart. The first iteration of a round always runs, so
+  a plan whose iterations outlast L still progresses, one iteration per round.
+* Checkpoints, also every `checkpoint_every` iterations since the last one (at no cost).
+* Failures. Each running function crashes at rate `failure_rate_per_hour`/3600 per second of
+  work after its cold start (so the job at n times that). The job loses the iterations
+  completed since the last checkpoint (redone later: `lost_iterations`), the failed worker is
+  re-invoked (a cold start, then `restart_overhead_s` to load the checkpoint) while the others
+  wait in their invocation, whose timeout clock keeps running; each crash adds an invocation.
+* Billing. Every worker is billed from its invocation to its round's end (cold starts and
+  barrier waits included; a crashed worker's replacement starts the moment it crashes), so
+  gb_seconds = n·m/1024·time_s; the PS is paid for time_s; each invocation is one request.
+
+Randomness comes only from `rng`: a seed gives one `JobRun`. Work is vectorised over the
+iterations of a round; Python loops only over rounds and failures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.noise import NoiseModel, draw_factors
+from models.performance import BATCH_SLACK, Array, figures, parameter_values
+from solver.instance import Instance
+
+_FIGURES = ("iterations", "local_batch", "t_load", "t_comp_total", "t_comm_total")
+# Iterations are drawn a segment at a time: enough to reach the timeout or the next crash plus
+# a quarter (so a second draw is rare), with at most this many worker-iterations at once.
+_DRAW_SLACK = 1.25
+_MAX_DRAW = 1 << 20
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """What one simulated run of a plan took and cost."""
+
+    time_s: float  # wall time from the first invocation's start to the end of training
+    cost_usd: float  # functions' GB-seconds billed + PS $/hour × time_s + requests
+    gb_seconds: float  # n × m/1024 × billed seconds, over all invocations of all functions
+    iterations: float  # iterations completed (the model's k, real-valued: the last is partial)
+    invocations: int  # function invocations, all workers (n × (restarts+1) without failures)
+    restarts: int  # timeout restarts (new invocation round from a checkpoint)
+    failures: int  # function crashes
+    lost_iterations: float  # iterations redone after failures (work since the last checkpoint)
+    checkpoints: int
+
+
+def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -> Array:
+    """When the PS has every push, per iteration (row): the fluid bound of the module docstring.
+
+    `finish`: iterations × workers compute finish times; `volume`: MB per push, per iteration;
+    `flow_cap` = B_f^max and `link` = B_p in MB/s.
+    """
+    n = finish.shape[1]
+    if n * flow_cap <= link:  # pushes never contend: each runs at its cap
+        alone: Array = finish.max(axis=1) + volume / flow_cap
+        return alone
+    ordered = np.sort(finish, axis=1)
+    behind = np.arange(n, 0, -1, dtype=np.float64)  # pushes from the j-th finish on
+    backlog = (ordered + behind * (volume / link)[:, None]).max(axis=1)
+    end: Array = np.maximum(ordered[:, -1] + volume / flow_cap, backlog)
+    return end
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Work from a checkpoint until the round ends, the job ends or a worker crashes."""
+
+    end_s: float  # seconds since the round's invocation
+    completed: int  # iterations completed in the segment
+    failed: bool
+
+
+class _Job:
+    """One run's constants and the state carried between rounds (the iteration estimate)."""
+
+    def __init__(
+        self, instance: Instance, functions: int, memory_mb: int, noise: NoiseModel,
+        rng: np.random.Generator,
+    ) -> None:
+        if functions < 1:
+            raise ValueError(f"a plan needs at least one function, got {functions}")
+        values = parameter_values(instance.parameters())
+        f = {name: float(v) for name, v in figures(values, functions, memory_mb, _FIGURES).items()}
+        k = f["iterations"]
+        self.t_comp = f["t_comp_total"] / k
+        self.t_load = f["t_load"]
+        usable = [k, self.t_comp, self.t_load]
+        if not all(math.isfinite(x) and x > 0 for x in usable) or (
+            f["local_batch"] < 1 - BATCH_SLACK
+        ):
+            raise ValueError(
+                f"plan ({functions} functions, {memory_mb} MB) is not valid for "
+                f"{instance.name}: it needs a positive rate and storage bandwidth and a local "
+                "batch of at least 1"
+            )
+        self.n = functions
+        self.memory_mb = memory_mb
+        self.full = math.floor(k)
+        self.fraction = k - self.full
+        self.total = self.full + (1 if self.fraction > 0 else 0)
+        self.k = k
+        ps = instance.parameter_server
+        self.model_mb = instance.workload.model_size_mb
+        self.flow_cap = ps.function_bandwidth_mbps
+        self.link = ps.bandwidth_mbps
+        self.pull_s_per_mb = 1 / min(self.flow_cap, self.link / functions)
+        platform = instance.platform
+        self.usable_s = platform.timeout_s - platform.timeout_margin_s
+        self.restart_s = platform.restart_overhead_s
+        self.price_gb_s = platform.price_per_gb_second
+        self.price_request = platform.price_per_request
+        self.price_ps_s = ps.price_per_hour / 3600
+        self.noise = noise
+        self.rng = rng
+        self.failure_rate = functions * noise.failure_rate_per_hour / 3600
+        # The timeout estimate: the longest iteration so far, at first the model's mean.
+        self.estimate = (f["t_comp_total"] + f["t_comm_total"]) / k
+
+    def cold_start(self, count: int) -> float:
+        """Seconds until the slowest of `count` freshly invoked functions is up."""
+        median = self.noise.cold_start_median_s
+        if median == 0:
+            return 0.0
+        return float(self.rng.lognormal(math.log(median), self.noise.cold_start_sigma, count).max())
+
+    def load_time(self) -> float:
+        """The first round's data load: the slowest worker's share from storage."""
+        return self.t_load * float(draw_factors(self.rng, self.noise.bandwidth_cv, self.n).max())
+
+    def iteration_times(self, scales: Array) -> Array:
+        """Durations of iterations scaled by `scales` (1, or the final partial fraction)."""
+        compute = draw_factors(self.rng, self.noise.compute_cv, (len(scales), self.n))
+        jitter = draw_factors(self.rng, self.noise.bandwidth_cv, len(scales))
+        volume = self.model_mb * scales * jitter  # MB per flow, jitter folded into the volume
+        finish = compute * (self.t_comp * scales)[:, None]
+        push_end = push_phase_end(finish, volume, self.flow_cap, self.link)
+        times: Array = push_end + volume * self.pull_s_per_mb
+        return times
+
+    def segment(self, start_s: float, setup_s: float, done: int, fresh: bool) -> _Segment:
+        """Run from the checkpoint at iteration `done`, the setup starting `start_s` into the round.
+
+        `fresh`: the segment opens a round, whose first iteration always runs.
+        """
+        crash = math.inf
+        if self.failure_rate > 0:
+            crash = start_s + float(self.rng.exponential(1 / self.failure_rate))
+        clock = start_s + setup_s
+        if crash < clock:
+            return _Segment(crash, 0, True)
+        completed = 0
+        while True:
+            left = self.total - done - completed
+            room = (min(self.usable_s, crash) - clock) / self.estimate
+            count = max(1, min(left, int(room * _DRAW_SLACK) + 2, _MAX_DRAW // self.n))
+            scales = np.ones(count)
+            if count == left and self.fraction > 0:
+                scales[-1] = self.fraction
+            durations = self.iteration_times(scales)
+            ends = clock + np.cumsum(durations)
+            full = durations / scales
+            seen = np.maximum.accumulate(np.concatenate(([self.estimate], full[:-1])))
+            fits = ends - durations + seen * scales <= self.usable_s
+            if fresh and completed == 0:
+                fits[0] = True
+            run = count if fits.all() else int(np.argmin(fits))
+            if run and crash < ends[run - 1]:
+                survived = int(np.searchsorted(ends[:run], crash, side="right"))
+                if survived:
+                    self.estimate = max(self.estimate, float(full[:survived].max()))
+                return _Segment(crash, completed + survived, True)
+            if run:
+                self.estimate = max(self.estimate, float(full[:run].max()))
+                clock = float(ends[run - 1])
+            completed += run
+            if run < count or completed == self.total - done:
+                return _Segment(clock, completed, False)
+
+    def run(self) -> JobRun:
+        """Rounds until all iterations are done, with crashes handled inside each round."""
+        n, every = self.n, self.noise.checkpoint_every
+        done = invocations = restarts = failures = checkpoints = lost = 0
+        time_s = 0.0
+        setup = self.load_time()
+        while True:
+            invocations += n
+            start, fresh = self.cold_start(n), True
+            while True:
+                seg = self.segment(start, setup, done, fresh)
+                setup = self.restart_s
+                if not seg.failed:
+                    break
+                failures += 1
+                invocations += 1
+                lost += seg.completed % every
+                checkpoints += seg.completed // every
+                done += seg.completed - seg.completed % every
+                start, fresh = seg.end_s + self.cold_start(1), False
+            done += seg.completed
+            time_s += seg.end_s
+            if done == self.total:
+                checkpoints += max(seg.completed - 1, 0) // every
+                break
+            # The periodic checkpoints, then the one before the timeout (none if nothing ran).
+            checkpoints += (seg.completed - 1) // every + 1
+            restarts += 1
+        gb_seconds = n * self.memory_mb / 1024 * time_s
+        cost = (
+            gb_seconds * self.price_gb_s + self.price_ps_s * time_s
+            + invocations * self.price_request
+        )
+        return JobRun(
+            time_s=time_s, cost_usd=cost, gb_seconds=gb_seconds, iterations=self.k,
+            invocations=invocations, restarts=restarts, failures=failures,
+            lost_iterations=float(lost), checkpoints=checkpoints,
+        )
+
+
+def simulate_job(
+    instance: Instance, functions: int, memory_mb: int, *, noise: NoiseModel,
+    rng: np.random.Generator,
+) -> JobRun:
+    """Simulate training `instance` on `functions` functions of `memory_mb` MB (see above).
+
+    Raises `ValueError` for a plan the model calls invalid (it cannot train at all).
+    """
+    return _Job(instance, functions, memory_mb, noise, rng).run()

@@ -1,0 +1,225 @@
+"""Job traces: the CSV format the simulator replays, and a generator of synthetic traces.
+
+Format
+------
+A UTF-8 CSV file with one header row naming exactly these four columns (in any order), then
+one job a row::
+
+    submit_time_s,instance,epochs,deadline_s
+    0.412,mobilenet-cifar10,6,917
+    1.873,/data/profiles/bert.yaml,3,1200
+
+* ``submit_time_s`` — when the job is submitted, seconds from the start of the trace (a finite
+  number ≥ 0; rows need not be sorted, the pool serves jobs in submission order);
+* ``instance`` — a shipped instance name (``instances/NAME.yaml``, e.g. ``mobilenet-cifar10``)
+  or the path of an instance YAML file (it ends in ``.yaml``/``.yml`` or contains a ``/``),
+  relative paths looked up beside the trace first, then in the working directory;
+* ``epochs`` — a positive integer; replaces the instance's ``workload.epochs``;
+* ``deadline_s`` — a positive number; replaces the instance's ``objective.deadline_s``.
+
+A real cluster trace converts by mapping each job to the closest shipped (or profiled)
+workload and keeping its submission time, epochs and deadline. Every malformed row is reported
+as one one-line `InstanceError` naming the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from solver.errors import InstanceError
+from solver.instance import MAX_INTEGER, Instance, load_instance
+
+COLUMNS = ("submit_time_s", "instance", "epochs", "deadline_s")
+SHIPPED_INSTANCES = Path(__file__).resolve().parent.parent / "instances"
+WORKLOADS = ("1dcnn-imdb", "espcn-bsds500", "mobilenet-cifar10", "resnet50-cifar10")
+
+# Jobs per second of the synthetic trace. By Little's law a planner whose jobs hold n functions
+# for T seconds keeps rate·E[n·T] of the pool busy. Measured (default noise): lambdadnn's plans
+# hold ≈ 6,300 function-seconds a job, ldnn-alg1 ≈ 9,300, power-tuning ≈ 2,500: at 0.2 jobs/s
+# 3–4% of the 50,000 functions, so the comparison is between plans, not queues. The strategies
+# that draw n at random over its whole range hold far more: sample-search ≈ 110,000 (median
+# 11,000, a tail of hundreds of functions for hours), which queues from ≈ 0.5 jobs/s; naive
+# ≈ 1.4 million, which saturates the pool above ≈ 0.03 jobs/s — over-provisioning on a shared
+# pool costs waiting too, and that shows. 10,000 jobs span ≈ 14 hours.
+DEFAULT_RATE_PER_S = 0.2
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of a trace, with its instance loaded and the row's epochs and deadline applied."""
+
+    submit_time_s: float
+    instance_name: str  # as written in the trace: a shipped name or a path
+    epochs: int
+    deadline_s: float
+    instance: Instance
+
+
+class _Loader:
+    """Loads each instance once per trace: thousands of rows share a handful of workloads."""
+
+    def __init__(self, base: Path | None) -> None:
+        self._base = base
+        self._loaded: dict[str, Instance] = {}
+
+    def resolve(self, name: str) -> Path:
+        if name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name:
+            path = Path(name)
+            if self._base is not None and not path.is_absolute() and (self._base / path).is_file():
+                return self._base / path
+            return path
+        shipped = SHIPPED_INSTANCES / f"{name}.yaml"
+        if not shipped.is_file():
+            known = ", ".join(sorted(p.stem for p in SHIPPED_INSTANCES.glob("*.yaml")))
+            raise InstanceError(
+                f"{name!r} is not a shipped instance; use one of {known} or a path to a YAML file"
+            )
+        return shipped
+
+    def instance(self, name: str) -> Instance:
+        if name not in self._loaded:
+            self._loaded[name] = load_instance(self.resolve(name))
+        return self._loaded[name]
+
+    def job(self, submit_time_s: float, name: str, epochs: int, deadline_s: float) -> Job:
+        base = self.instance(name)
+        instance = dataclasses.replace(
+            base,
+            workload=dataclasses.replace(base.workload, epochs=epochs),
+            objective=dataclasses.replace(base.objective, deadline_s=deadline_s),
+        )
+        return Job(submit_time_s, name, epochs, deadline_s, instance)
+
+
+def _number(text: str, *, positive: bool) -> float:
+    value = float(text)  # ValueError for non-numbers, caught by the caller
+    if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        raise ValueError
+    return value
+
+
+def _integer(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= MAX_INTEGER:
+        raise ValueError
+    return value
+
+
+def _row_error(path: Path, line: int, column: str, problem: str) -> InstanceError:
+    one_line = " ".join(problem.split())
+    return InstanceError(f"trace `{path}`, line {line}, column `{column}`: {one_line}")
+
+
+def read_trace(path: str | Path) -> list[Job]:
+    """Every job of a trace file in file order; raises `InstanceError` at the first bad row."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8-sig")  # a BOM from spreadsheet exports is fine
+    except FileNotFoundError:
+        raise InstanceError(f"trace `{source}` does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InstanceError(f"trace `{source}` cannot be read: {error}") from None
+    reader = csv.reader(text.splitlines())
+    header = [cell.strip() for cell in next(reader, [])]
+    if sorted(header) != sorted(COLUMNS):
+        raise InstanceError(
+            f"trace `{source}`, line 1: the header must name the columns {','.join(COLUMNS)}, "
+            f"got {','.join(header)!r}"
+        )
+    where = {column: header.index(column) for column in COLUMNS}
+    loader = _Loader(source.resolve().parent)
+    checks: dict[str, tuple[str, Callable[[str], float]]] = {
+        "submit_time_s": ("a number ≥ 0", lambda text: _number(text, positive=False)),
+        "epochs": ("a positive integer", _integer),
+        "deadline_s": ("a positive number", lambda text: _number(text, positive=True)),
+    }
+    jobs: list[Job] = []
+    for row in reader:
+        line = reader.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(COLUMNS):
+            raise InstanceError(
+                f"trace `{source}`, line {line}: expected {len(COLUMNS)} columns "
+                f"({','.join(header)}), got {len(row)}"
+            )
+        cells = {column: row[index].strip() for column, index in where.items()}
+        values: dict[str, float] = {}
+        for column, (need, check) in checks.items():
+            try:
+                values[column] = check(cells[column])
+            except ValueError:
+                raise _row_error(
+                    source, line, column, f"must be {need}, got {cells[column]!r}"
+                ) from None
+        if not cells["instance"]:
+            raise _row_error(source, line, "instance", "must name an instance, got ''")
+        try:
+            job = loader.job(
+                values["submit_time_s"], cells["instance"], int(values["epochs"]),
+                values["deadline_s"],
+            )
+        except InstanceError as error:
+            raise _row_error(source, line, "instance", str(error)) from None
+        jobs.append(job)
+    return jobs
+
+
+def _number_text(value: float) -> str:
+    """Whole numbers without a decimal point, the rest as Python's shortest round-trip repr."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def write_trace(jobs: Sequence[Job], path: str | Path) -> None:
+    """Write jobs in the trace format; `read_trace` gives them back equal."""
+    with Path(path).open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for job in jobs:
+            writer.writerow(
+                (_number_text(job.submit_time_s), job.instance_name, job.epochs,
+                 _number_text(job.deadline_s))
+            )
+
+
+def generate_trace(
+    jobs: int,
+    *,
+    seed: int,
+    rate_per_s: float = DEFAULT_RATE_PER_S,
+    workloads: Sequence[str] = WORKLOADS,
+    deadlines: tuple[int, int] = (600, 1200),
+) -> list[Job]:
+    """A synthetic trace: Poisson arrivals, uniform workloads, whole-second uniform deadlines.
+
+    Inter-arrival times are exponential with mean `1/rate_per_s` (submission times kept to the
+    millisecond); each job trains its workload's own epochs; deadlines are uniform integers in
+    `deadlines` (inclusive), the paper's 600–1,200 s by default, so identical questions recur
+    and a planner can cache by (instance, epochs, deadline).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise InstanceError(f"`jobs` must be an integer ≥ 0, got {jobs!r}")
+    if not (math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise InstanceError(f"`rate_per_s` must be a positive number, got {rate_per_s!r}")
+    low, high = deadlines
+    if not 0 < low <= high:
+        raise InstanceError(f"`deadlines` must be (low, high) with 0 < low ≤ high, got {deadlines}")
+    if not workloads:
+        raise InstanceError("`workloads` must name at least one instance")
+    rng = np.random.default_rng(seed)
+    arrivals = np.round(np.cumsum(rng.exponential(1.0 / rate_per_s, jobs)), 3)
+    chosen = rng.integers(len(workloads), size=jobs)
+    deadline_draws = rng.integers(low, high, size=jobs, endpoint=True)
+    loader = _Loader(None)
+    epochs = {name: loader.instance(name).workload.epochs for name in workloads}
+    return [
+        loader.job(float(arrival), workloads[pick], epochs[workloads[pick]], float(deadline))
+        for arrival, pick, deadline in zip(arrivals, chosen, deadline_draws, strict=True)
+    ]
