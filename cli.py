@@ -21,7 +21,6 @@ from simulator.compare import (
     STRATEGY_NAMES,
     StrategyReport,
     compare,
-    summarise,
 )
 from simulator.compare import plot as plot_comparison
 from simulator.pool import DEFAULT_POOL_SIZE
@@ -280,13 +279,13 @@ def frontier_command(
 
 def _report_table(reports: list[StrategyReport]) -> str:
     header = (f"  {'strategy':<14}{'met':>8}{'total $':>11}{'mean $':>10}{'explore $':>11}"
-              f"{'mem GB':>8}{'GB-s':>12}{'|pred-sim| s':>14}")
+              f"{'mem GB':>8}{'GB-s':>14}{'|pred-sim| s':>14}{'wall s':>8}")
     lines = [header]
     for r in reports:
         lines.append(
             f"  {r.name:<14}{r.deadline_met:>8.2%}{r.total_cost_usd:>11.2f}"
             f"{r.mean_cost_usd:>10.4f}{r.exploration_cost_usd:>11.2f}{r.mean_memory_gb:>8.1f}"
-            f"{r.gb_seconds:>12,.0f}{r.mean_abs_prediction_error_s:>14.1f}"
+            f"{r.gb_seconds:>14,.0f}{r.mean_abs_prediction_error_s:>14.1f}{r.seconds:>8.1f}"
         )
     return "\n".join(lines)
 
@@ -347,10 +346,10 @@ def simulate_command(
     """Replay a trace (CSV: submit_time_s,instance,epochs,deadline_s) with one strategy."""
     jobs = read_trace(trace)
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
-    results = compare(jobs, [name], seed=seed, noise=noise, pool_size=pool_size,
-                      guarantee=guarantee, progress=_progress_bars(not as_json))
-    outcomes = results[name]
-    report = summarise(name, outcomes)
+    comparison = compare(jobs, [name], seed=seed, noise=noise, pool_size=pool_size,
+                         guarantee=guarantee, progress=_progress_bars(not as_json))
+    outcomes = comparison.outcomes[name]
+    (report,) = comparison.reports()
     if as_json:
         _emit_json({"strategy": report.to_dict(), "jobs": [asdict(o) for o in outcomes]})
         return
@@ -383,10 +382,10 @@ def compare_command(
         )
     jobs = read_trace(trace) if trace else generate_trace(job_count, seed=seed)
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
-    results = compare(jobs, names, seed=seed, noise=noise, pool_size=pool_size,
-                      guarantee=guarantee, progress=_progress_bars(not as_json))
-    reports = [summarise(name, results[name]) for name in names]
-    written = plot_comparison(results, plots) if plots else []
+    comparison = compare(jobs, names, seed=seed, noise=noise, pool_size=pool_size,
+                         guarantee=guarantee, progress=_progress_bars(not as_json))
+    reports = comparison.reports()
+    written = plot_comparison(comparison.outcomes, plots) if plots else []
     if as_json:
         _emit_json({"jobs": len(jobs), "seed": seed, "guarantee": guarantee,
                     "strategies": [r.to_dict() for r in reports],

@@ -8,6 +8,7 @@ differences in the report come from the plans alone.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -70,12 +71,13 @@ class StrategyReport:
     gb_seconds: float
     mean_abs_prediction_error_s: float
     no_plan: int
+    seconds: float  # wall time to plan and simulate every job
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def summarise(name: str, outcomes: Sequence[JobOutcome]) -> StrategyReport:
+def summarise(name: str, outcomes: Sequence[JobOutcome], seconds: float = 0.0) -> StrategyReport:
     """Aggregate per-job outcomes; jobs a strategy could not plan count as missed, cost 0."""
     ran = [o for o in outcomes if o.status == "ok"]
     total = sum(o.cost_usd + o.exploration_cost_usd for o in outcomes)
@@ -92,23 +94,38 @@ def summarise(name: str, outcomes: Sequence[JobOutcome]) -> StrategyReport:
         gb_seconds=sum(o.gb_seconds for o in ran),
         mean_abs_prediction_error_s=statistics.fmean(errors) if errors else 0.0,
         no_plan=len(outcomes) - len(ran),
+        seconds=seconds,
     )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Per strategy, in the order asked: every job's outcome and the wall seconds it took."""
+
+    outcomes: dict[str, list[JobOutcome]]
+    seconds: dict[str, float]
+
+    def reports(self) -> list[StrategyReport]:
+        return [summarise(name, runs, self.seconds[name]) for name, runs in self.outcomes.items()]
 
 
 def compare(
     jobs: Sequence[Job], names: Sequence[str], *, seed: int, noise: NoiseModel,
     pool_size: int, guarantee: float | None = DEFAULT_GUARANTEE,
     progress: Callable[[str], Progress] | None = None,
-) -> dict[str, list[JobOutcome]]:
-    """Run every named strategy over the same jobs; outcomes per strategy, in job order."""
-    results: dict[str, list[JobOutcome]] = {}
+) -> Comparison:
+    """Run every named strategy over the same jobs (each with a fresh planner cache)."""
+    outcomes: dict[str, list[JobOutcome]] = {}
+    seconds: dict[str, float] = {}
     for name in names:
         planner = strategy(name, guarantee=guarantee)
-        results[name] = run_trace(
+        started = time.perf_counter()
+        outcomes[name] = run_trace(
             jobs, planner, pool_size=pool_size, noise=noise, seed=seed,
             progress=progress(name) if progress else None,
         )
-    return results
+        seconds[name] = time.perf_counter() - started
+    return Comparison(outcomes, seconds)
 
 
 def plot(results: Mapping[str, Sequence[JobOutcome]], folder: Path) -> list[Path]:

@@ -70,8 +70,10 @@ def test_summary_arithmetic() -> None:
 
 def test_every_strategy_on_the_same_jobs() -> None:
     jobs = generate_trace(24, seed=4)
-    results = compare(jobs, STRATEGY_NAMES, seed=4, noise=NoiseModel(), pool_size=50_000)
-    assert set(results) == set(STRATEGY_NAMES)
+    comparison = compare(jobs, STRATEGY_NAMES, seed=4, noise=NoiseModel(), pool_size=50_000)
+    results = comparison.outcomes
+    assert list(results) == list(STRATEGY_NAMES)
+    assert all(seconds > 0 for seconds in comparison.seconds.values())
     for outcomes in results.values():
         assert [o.index for o in outcomes] == list(range(24))
         assert [o.deadline_s for o in outcomes] == [j.deadline_s for j in jobs]
@@ -80,7 +82,7 @@ def test_every_strategy_on_the_same_jobs() -> None:
     assert ours.deadline_met == 1.0
     assert ours.total_cost_usd <= 0.4 * naive.total_cost_usd
     again = compare(jobs, ["lambdadnn"], seed=4, noise=NoiseModel(), pool_size=50_000)
-    assert again["lambdadnn"] == results["lambdadnn"]
+    assert again.outcomes["lambdadnn"] == results["lambdadnn"]
 
 
 def run(*args: str) -> tuple[int, str, str]:
