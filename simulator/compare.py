@@ -157,8 +157,9 @@ def plot(results: Mapping[str, Sequence[JobOutcome]], folder: Path) -> list[Path
         axes.step(ratio, np.arange(1, len(ratio) + 1) / max(1, len(ratio)), where="post",
                   label=name)
     axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    axes.set(xlabel="completion time ÷ deadline (right of the line: missed)",
-             ylabel="share of jobs", title="Simulated time against the deadline")
+    axes.set(xscale="log", xlabel="(completion − submission) ÷ deadline, log scale "
+             "(right of the line: missed)", ylabel="share of jobs",
+             title="Simulated time against the deadline")
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
