@@ -14,9 +14,18 @@ $(VENV)/.installed: setup.cfg pyproject.toml | $(BIN)/python
 	$(PIP) -e .
 	touch $@
 
+# torch first, pinned: 2.13.0's CPU wheel is on this machine's disk; any other version (or a
+# bare `torch` requirement resolved first) pulls gigabytes of CUDA wheels.
 $(VENV)/.installed-test: setup.cfg pyproject.toml | $(BIN)/python
+	$(PIP) torch==2.13.0
 	$(PIP) -e '.[test]'
 	touch $@ $(VENV)/.installed
+
+# The tests run a real redis-server (Debian's package); install it when it is missing.
+REDIS_SERVER := $(shell command -v redis-server 2>/dev/null || echo /usr/bin/redis-server)
+$(REDIS_SERVER):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server > /dev/null
 
 ## run: create .venv, install, solve the default instance (INSTANCE=... to choose another)
 run: $(VENV)/.installed
@@ -31,8 +40,9 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
-pytest: $(VENV)/.installed-test
-	$(BIN)/pytest
+## pytest: start redis-server and a moto server on 127.0.0.1, run pytest, stop them
+pytest: $(VENV)/.installed-test $(REDIS_SERVER)
+	.ci/with-services $(BIN)/pytest
 
 ## bench: solve() against the brute force and λDNN's Algorithm 1 (ratios, same run)
 bench: $(VENV)/.installed-test

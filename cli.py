@@ -399,5 +399,156 @@ def compare_command(
         click.echo(f"  plot written to {path}")
 
 
+PLAN_KEYS = ("functions", "memory_mb", "local_batch", "iterations", "time_s")
+
+
+def _plan_to_launch(source: Path, platform: str | None) -> dict[str, Any]:
+    """A plan from `lambdadnn solve --json` output, or solved from an instance YAML."""
+    if source.suffix.lower() != ".json":
+        plan = solve(source, platform=platform)
+        if plan.status != "optimal":
+            click.echo(f"warning: {_infeasible_message(plan)}; launching the fastest plan",
+                       err=True)
+        return plan.to_dict()
+    try:
+        payload = json.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InstanceError(f"file `{source}` does not exist; check the path") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InstanceError(f"file `{source}` is not a plan in JSON: {error}") from None
+    if not isinstance(payload, dict):
+        raise InstanceError(f"file `{source}` must hold a JSON object (lambdadnn solve --json)")
+    for key in PLAN_KEYS:
+        value = payload.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise InstanceError(
+                f"`{key}` in `{source}` must be a positive number, got {value!r}; "
+                "write the plan with `lambdadnn solve X.yaml --json`"
+            )
+    return payload
+
+
+def _iteration_bar(enabled: bool, total: int) -> Any:
+    """A progress bar over iterations that may step back (a restore goes to the checkpoint)."""
+    if not enabled:
+        return None
+    bar = click.progressbar(length=total, label="training", file=sys.stderr)
+    bar.__enter__()
+    return bar
+
+
+@main.command("launch")
+@click.argument("source", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--backend", type=click.Choice(["local", "aws"]), default="local",
+              show_default=True)
+@click.option("--redis-url", help="The parameter channel (default for local: start one).")
+@click.option("--timeout-s", type=click.FloatRange(min=1), default=900.0, show_default=True,
+              help="Each invocation's limit (local backend; Lambda's is 900 s).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--function-name", default="lambdadnn-worker", show_default=True)
+@click.option("--role-arn", help="Execution role of the Lambda function (aws).")
+@click.option("--layer", "layers", multiple=True, help="Layer ARN with torch, sklearn, redis.")
+@click.option("--image-uri", help="Container image with the worker instead of zip + layers.")
+@click.option("--region", default="us-east-1", show_default=True)
+@click.option("--endpoint-url", help="Lambda endpoint (e.g. a moto server for testing).")
+@click.option("--dry-run", is_flag=True, help="List every AWS call without making it.")
+@click.option("--print-policy", is_flag=True, help="Print the IAM policy the AWS backend needs.")
+@platform_option
+@json_option
+@friendly
+def launch_command(
+    source: Path | None, backend: str, redis_url: str | None, timeout_s: float,
+    checkpoint_every: int, seed: int, function_name: str, role_arn: str | None,
+    layers: tuple[str, ...], image_uri: str | None, region: str, endpoint_url: str | None,
+    dry_run: bool, print_policy: bool, platform: str | None, as_json: bool,
+) -> None:
+    """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first)."""
+    from launcher import aws
+
+    if print_policy:
+        target = None
+        if role_arn:
+            target = aws.AwsTarget(function_name, role_arn, layers, image_uri, region)
+        _emit_json(aws.required_policy(target))
+        return
+    if source is None:
+        raise InstanceError("`SOURCE` is missing: give a plan JSON or an instance YAML")
+    plan = _plan_to_launch(source, platform)
+    settings = {"checkpoint_every": checkpoint_every, "seed": seed}
+    if backend == "aws":
+        if not role_arn:
+            raise InstanceError("`--role-arn` is needed for the aws backend (see --print-policy)")
+        target = aws.AwsTarget(function_name, role_arn, layers, image_uri, region)
+        job = f"aws-{seed}-{int(plan['functions'])}x{int(plan['memory_mb'])}"
+        if dry_run:
+            calls = aws.dry_run(plan, target, redis_url=redis_url or "redis://REDIS-HOST:6379/0",
+                                job=job, worker_settings=settings)
+            _emit_json([{"operation": c.operation, "params": c.params} for c in calls])
+            return
+        if not redis_url:
+            raise InstanceError("`--redis-url` is needed for the aws backend: a Redis that the "
+                                "Lambda functions can reach (not 127.0.0.1)")
+        report = _launch_aws(plan, target, redis_url, job, settings, endpoint_url, as_json)
+    else:
+        if dry_run:
+            raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
+        from launcher.local import run_local
+
+        bar = _iteration_bar(not as_json, int(-(-float(plan["iterations"]) // 1)))
+        try:
+            result = run_local(
+                plan, redis_url=redis_url, timeout_s=timeout_s, seed=seed,
+                checkpoint_every=checkpoint_every,
+                progress=(lambda i, _total: bar.update(i - bar.pos)) if bar else None,
+            )
+        finally:
+            if bar:
+                bar.__exit__(None, None, None)
+        report = result.to_dict()
+    if as_json:
+        _emit_json(report)
+        return
+    click.echo("\n".join([
+        f"launched on {report['backend']}: {int(plan['functions'])} functions × "
+        f"{int(plan['memory_mb']):,} MB — {report['status']}",
+        f"  iterations     {report['iterations']:,} ({report['restarts']} restarts)",
+        f"  time           measured {_seconds(report['measured_time_s'])}, the plan predicted "
+        f"{_seconds(report['predicted_time_s'])} for its own workload",
+        f"  final loss     {report.get('final_loss', float('nan')):.4f}",
+        f"  test accuracy  {report.get('test_accuracy', float('nan')):.2%}",
+        *([f"  CPU            {report['cpu_limit']}"] if "cpu_limit" in report else []),
+    ]))
+
+
+def _launch_aws(
+    plan: dict[str, Any], target: Any, redis_url: str, job: str, settings: dict[str, Any],
+    endpoint_url: str | None, quiet: bool,
+) -> dict[str, Any]:
+    import redis
+
+    from launcher import aws
+    from launcher.channel import ParameterChannel
+
+    client = aws.lambda_client(target.region, endpoint_url=endpoint_url)
+    channel = ParameterChannel(redis.Redis.from_url(redis_url), job,
+                               workers=int(plan["functions"]))
+    total = int(-(-float(plan["iterations"]) // 1))
+    bar = _iteration_bar(not quiet, total)
+    try:
+        return aws.run_aws(
+            plan, client, target, redis_url=redis_url, job=job, worker_settings=settings,
+            channel_progress=channel.progress, channel_result=channel.result,
+            record_restart=channel.record_restart,
+            on_progress=(lambda p: bar.update(int(p.get("iteration", 0)) - bar.pos))
+            if bar else None,
+        )
+    finally:
+        if bar:
+            bar.__exit__(None, None, None)
+        channel.cleanup()
+
+
 if __name__ == "__main__":
     main()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,23 @@ settings.register_profile(
     "thorough", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """$REDIS_URL (`make test` starts one), or a redis-server of the session's own on a free
+    loopback port; skipped with the reason when redis-server is not installed."""
+    url = os.environ.get("REDIS_URL")
+    if url is not None:
+        yield url
+        return
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server); "
+                    "install it or set REDIS_URL")
+    from launcher.local import redis_server
+
+    with redis_server() as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)

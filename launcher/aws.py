@@ -1,0 +1,692 @@
+"""The AWS Lambda backend: every AWS call lambdadnn makes goes through this one module.
+
+A plan runs on Lambda as `n` copies of one function (`MemorySize = m`, `Timeout = 900`),
+invoked asynchronously with ranks 0..n-1; the workers talk to each other only through the
+Redis parameter channel (`launcher/channel.py`), whose URL the function finds in its
+environment. The function is deployed from a zip of this repository's code (heavy
+dependencies — torch, scikit-learn, redis — come from a Lambda layer) or from a container
+image holding everything.
+
+The boto3 client is always passed in, never built at import time, so that tests can point it
+at a moto server, and `--dry-run` can hand over a `DryRunClient` that records every call
+without making it. The same reason keeps botocore out of the imports: AWS errors are told
+apart by their error code (`exc.response["Error"]["Code"]`), which is all a fake needs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from launcher import LaunchError
+
+__all__ = [
+    "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "POLICY_ACTIONS", "REDIS_URL_ENV", "RUNTIME",
+    "WORKER_DEFAULTS", "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call", "DryRunClient",
+    "Followed", "dry_run", "lambda_client", "package_worker", "required_policy", "run_aws",
+    "worker_event",
+]
+
+HANDLER = "launcher.worker.handler"
+RUNTIME = "python3.11"
+FUNCTION_TIMEOUT_S = 900
+REDIS_URL_ENV = "LAMBDADNN_REDIS_URL"
+JOB_ENV = "LAMBDADNN_JOB"
+
+MEMORY_RANGE_MB = (128, 10_240)
+ASYNC_PAYLOAD_LIMIT_BYTES = 1_048_576  # Lambda's limit for one asynchronous invocation
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The worker imports `launcher`; `launcher` may import the solver's plan objects and errors,
+# which import `models`: all three are pure Python and ship together (about 200 kB).
+WORKER_PACKAGES = ("launcher", "solver", "models")
+
+# Settings every worker event carries unless the caller overrides them; `timeout_margin_s`
+# matches the platform catalogues (`timeout_margin_s: 30`) so the checkpoint lands before
+# Lambda's 900 s timeout kills the invocation.
+WORKER_DEFAULTS: dict[str, Any] = {
+    "checkpoint_every": 10,
+    "timeout_margin_s": 30.0,
+    "seed": 0,
+    "lr": 0.05,
+}
+
+# Error codes that mean "try again later": throttling and Lambda's own transient faults.
+RETRYABLE_CODES = frozenset({
+    "TooManyRequestsException", "ThrottlingException", "ServiceException",
+    "EC2ThrottledException", "ResourceNotReadyException",
+})
+
+# The IAM action of each client operation the launcher makes (only `Invoke` differs in name).
+# GetFunctionConfiguration is granted beside GetFunction because boto3's `function_active`
+# and `function_updated` waiters poll it: a caller who waits with them needs no other policy.
+POLICY_ACTIONS: dict[str, str] = {
+    "CreateFunction": "lambda:CreateFunction",
+    "UpdateFunctionCode": "lambda:UpdateFunctionCode",
+    "UpdateFunctionConfiguration": "lambda:UpdateFunctionConfiguration",
+    "GetFunction": "lambda:GetFunction",
+    "GetFunctionConfiguration": "lambda:GetFunctionConfiguration",
+    "PutFunctionConcurrency": "lambda:PutFunctionConcurrency",
+    "DeleteFunctionConcurrency": "lambda:DeleteFunctionConcurrency",
+    "PutFunctionEventInvokeConfig": "lambda:PutFunctionEventInvokeConfig",
+    "Invoke": "lambda:InvokeFunction",
+    "DeleteFunction": "lambda:DeleteFunction",
+}
+
+# What to do about an AWS error, by code: the message of every AwsLaunchError ends with one.
+_FIXES: dict[str, str] = {
+    "AccessDeniedException": "grant the caller the policy printed by "
+                             "`lambdadnn launch --print-policy`",
+    "AccessDenied": "grant the caller the policy printed by `lambdadnn launch --print-policy`",
+    "UnrecognizedClientException": "check the AWS credentials (AWS_PROFILE or "
+                                   "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+    "InvalidParameterValueException": "check the role (it must exist and trust "
+                                      "lambda.amazonaws.com), the layers and the memory size",
+    "CodeStorageExceededException": "delete old function versions or ship the code as an image",
+    "ResourceNotFoundException": "check the function name and region",
+}
+_RETRY_FIX = ("raise the account's Lambda concurrency quota (Service Quotas) or run the plan "
+              "with fewer functions")
+
+
+class AwsLaunchError(LaunchError):
+    """An AWS call of the launcher failed, or the job did not progress on Lambda.
+
+    `code` is the AWS error code when an AWS call failed, so callers (and the launcher
+    itself) can tell "already gone" or "already exists" from a real failure.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class AwsTarget:
+    """Where and how the worker function is deployed.
+
+    `layers` (ARNs) carry the heavy dependencies of a zip deployment; `image_uri` (an ECR
+    image holding code and dependencies) replaces both the zip and the layers, since Lambda
+    accepts no layers on image functions. An image's ECR repository must let Lambda pull it
+    (its repository policy); that is not the launcher's policy.
+    """
+
+    function_name: str
+    role_arn: str
+    layers: tuple[str, ...] = ()
+    image_uri: str | None = None
+    region: str = "us-east-1"
+    architecture: str = "x86_64"
+
+    def __post_init__(self) -> None:
+        if not self.function_name:
+            raise AwsLaunchError("AwsTarget needs a function_name (e.g. 'lambdadnn-worker')")
+        if not self.role_arn.startswith("arn:") or ":role/" not in self.role_arn:
+            raise AwsLaunchError(
+                f"role_arn {self.role_arn!r} is not an IAM role ARN: pass the ARN of a role "
+                "that trusts lambda.amazonaws.com (arn:aws:iam::ACCOUNT:role/NAME)"
+            )
+        if self.image_uri is not None and self.layers:
+            raise AwsLaunchError(
+                "an image function takes no layers: put the dependencies in the image, or "
+                "drop image_uri and deploy the zip with the layers"
+            )
+        if self.architecture not in ("x86_64", "arm64"):
+            raise AwsLaunchError(
+                f"architecture {self.architecture!r} is not one of Lambda's: x86_64 or arm64"
+            )
+
+    @property
+    def account(self) -> str:
+        """The account of the role, which is the account the function lives in."""
+        return self.role_arn.split(":")[4] or "*"
+
+    @property
+    def function_arn(self) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.function_name}"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One recorded client call: the operation's API name and its parameters."""
+
+    operation: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Followed:
+    """How a followed job ended: its re-invocation rounds and its last progress report."""
+
+    restarts: int
+    progress: dict[str, Any]
+
+
+def _operation_name(method: str) -> str:
+    """`put_function_concurrency` → `PutFunctionConcurrency`, the name IAM and the API use."""
+    return "".join(part.capitalize() for part in method.split("_"))
+
+
+def _printable(value: Any) -> Any:
+    """Bytes (the code zip) are listed by size: a dry run prints its calls, not megabytes."""
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, Mapping):
+        return {key: _printable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(item) for item in value]
+    return value
+
+
+@dataclass
+class DryRunClient:
+    """A stand-in Lambda client that records every call and makes none.
+
+    It answers as a healthy Lambda would (the function active at once, invocations accepted),
+    so a dry run walks the very code path of a real run and lists the same calls.
+    """
+
+    calls: list[Call] = field(default_factory=list)
+
+    _ANSWERS: ClassVar[dict[str, dict[str, Any]]] = {
+        "GetFunction": {"Configuration": {"State": "Active", "LastUpdateStatus": "Successful"}},
+        "Invoke": {"StatusCode": 202},
+    }
+
+    def __getattr__(self, method: str) -> Callable[..., dict[str, Any]]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        operation = _operation_name(method)
+
+        def record(**params: Any) -> dict[str, Any]:
+            self.calls.append(Call(operation, _printable(params)))
+            return dict(self._ANSWERS.get(operation, {}))
+
+        return record
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The AWS error code of a botocore `ClientError` (or a look-alike), else None."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, Mapping):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code is not None else None
+    return None
+
+
+def lambda_client(region: str, *, endpoint_url: str | None = None, **client_kwargs: Any) -> Any:
+    """A boto3 Lambda client; boto3 is imported here so the rest of lambdadnn never needs it.
+
+    botocore's standard retry mode absorbs brief network faults and throttles; a throttle
+    that outlasts it reaches the launcher's own backoff (bounded, with an injectable sleep).
+    """
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:
+        raise AwsLaunchError(
+            "the AWS backend needs boto3: `pip install boto3` in lambdadnn's environment"
+        ) from exc
+    return boto3.client(
+        "lambda", region_name=region, endpoint_url=endpoint_url,
+        config=Config(retries={"mode": "standard"}), **client_kwargs,
+    )
+
+
+def _source_files(root: Path, packages: tuple[str, ...]) -> Iterator[Path]:
+    for package in packages:
+        yield from sorted((root / package).rglob("*.py"))
+
+
+def package_worker(root: Path = REPO_ROOT, packages: tuple[str, ...] = WORKER_PACKAGES) -> bytes:
+    """A zip of the worker's code with the handler at `launcher.worker.handler`.
+
+    Only sources go in (no caches), with fixed timestamps and order: the same code gives the
+    same bytes, so Lambda's CodeSha256 changes only when the code does.
+    """
+    if not (root / "launcher" / "worker.py").is_file():
+        raise AwsLaunchError(
+            f"{root / 'launcher' / 'worker.py'} is missing: the function would have no handler "
+            f"{HANDLER!r}; run from a complete lambdadnn checkout"
+        )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in _source_files(root, packages):
+            if "__pycache__" in path.parts:
+                continue
+            info = zipfile.ZipInfo(path.relative_to(root).as_posix(), (1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16  # readable by Lambda's unprivileged user
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+    return buffer.getvalue()
+
+
+def required_policy(target: AwsTarget | None = None) -> dict[str, Any]:
+    """The IAM policy document the launcher needs, scoped to the target when one is given.
+
+    Without a target (nothing deployed yet) it grants the same actions on any function and
+    role, for an administrator to narrow down.
+    """
+    function = target.function_arn if target else "arn:aws:lambda:*:*:function:*"
+    role = target.role_arn if target else "arn:aws:iam::*:role/*"
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "LambdaDnnWorkerFunction",
+            "Effect": "Allow",
+            "Action": sorted(set(POLICY_ACTIONS.values())),
+            "Resource": function,
+        },
+        {
+            "Sid": "LambdaDnnPassWorkerRole",
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": role,
+            "Condition": {"StringEquals": {"iam:PassedToService": "lambda.amazonaws.com"}},
+        },
+    ]
+    if target is None or target.layers:
+        # Attaching a layer to a function requires reading that layer version.
+        statements.append({
+            "Sid": "LambdaDnnReadLayers",
+            "Effect": "Allow",
+            "Action": "lambda:GetLayerVersion",
+            "Resource": list(target.layers) if target else "arn:aws:lambda:*:*:layer:*:*",
+        })
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+class AwsLauncher:
+    """Deploys the worker function, invokes its ranks, follows the job, and cleans up.
+
+    `sleep` and `clock` are injected so that backoff, readiness polling and following a
+    15-minute round are instant and deterministic in tests.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        target: AwsTarget,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        max_attempts: int = 8,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 20.0,
+        ready_polls: int = 150,
+        ready_poll_s: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.target = target
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._max_attempts = max_attempts
+        self._backoff_base_s = backoff_base_s
+        self._backoff_cap_s = backoff_cap_s
+        self._ready_polls = ready_polls
+        self._ready_poll_s = ready_poll_s
+        if max_attempts < 1:
+            raise AwsLaunchError(f"max_attempts must be at least 1, not {max_attempts}")
+        self._created_function = False
+        self._reserved_concurrency = False
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def _call(self, method: str, **params: Any) -> dict[str, Any]:
+        """One client call, retried with exponential backoff and jitter while throttled.
+
+        The delay before retry k is uniform in [d/2, d] with d = min(cap, base·2^k) ("equal
+        jitter"): never zero, so a throttled burst backs off, and spread, so `n` callers do
+        not retry in lockstep.
+        """
+        operation = _operation_name(method)
+        attempt = 0
+        while True:
+            try:
+                response: dict[str, Any] = getattr(self.client, method)(**params)
+                return response
+            except Exception as exc:
+                code = _error_code(exc)
+                if code is None:
+                    raise
+                attempt += 1
+                if code not in RETRYABLE_CODES:
+                    fix = _FIXES.get(code, "see the AWS error message above")
+                    raise AwsLaunchError(
+                        f"{operation} on function {self.target.function_name!r} failed with "
+                        f"{code}: {exc}; {fix}", code=code,
+                    ) from exc
+                if attempt == self._max_attempts:
+                    raise AwsLaunchError(
+                        f"{operation} on function {self.target.function_name!r} was refused "
+                        f"{attempt} times ({code}): {_RETRY_FIX}", code=code,
+                    ) from exc
+                delay = min(self._backoff_cap_s, self._backoff_base_s * 2 ** (attempt - 1))
+                self._sleep(delay / 2 + self._rng.uniform(0, delay / 2))
+
+    # -- deploy ------------------------------------------------------------------------------
+
+    def _configuration(self, memory_mb: int, redis_url: str, job: str) -> dict[str, Any]:
+        """The settings shared by CreateFunction and UpdateFunctionConfiguration."""
+        config: dict[str, Any] = {
+            "FunctionName": self.target.function_name,
+            "Role": self.target.role_arn,
+            "MemorySize": memory_mb,
+            "Timeout": FUNCTION_TIMEOUT_S,
+            "Environment": {"Variables": {REDIS_URL_ENV: redis_url, JOB_ENV: job}},
+        }
+        if self.target.image_uri is None:
+            config.update(Runtime=RUNTIME, Handler=HANDLER, Layers=list(self.target.layers))
+        else:
+            config["ImageConfig"] = {"Command": [HANDLER]}
+        return config
+
+    def _code(self) -> dict[str, Any]:
+        if self.target.image_uri is not None:
+            return {"ImageUri": self.target.image_uri}
+        return {"ZipFile": package_worker()}
+
+    def deploy(self, memory_mb: int, workers: int, redis_url: str, job: str) -> None:
+        """Create the function (or bring an existing one up to date) and reserve `n` slots.
+
+        Reserved concurrency `n` guarantees the BSP barrier can be reached: all `n` ranks can
+        run at once, and no other function of the account can take their slots.
+        """
+        low, high = MEMORY_RANGE_MB
+        if not (isinstance(memory_mb, int) and low <= memory_mb <= high):
+            raise AwsLaunchError(
+                f"memory {memory_mb!r} MB is outside Lambda's {low}–{high} MB: solve the plan "
+                "against an AWS platform catalogue"
+            )
+        if not (isinstance(workers, int) and workers >= 1):
+            raise AwsLaunchError(f"workers must be a positive integer, not {workers!r}")
+        config = self._configuration(memory_mb, redis_url, job)
+        code = self._code()
+        package_type = "Image" if self.target.image_uri is not None else "Zip"
+        try:
+            self._call(
+                "create_function", **config, Code=code, PackageType=package_type,
+                Architectures=[self.target.architecture],
+            )
+            self._created_function = True
+        except AwsLaunchError as exc:
+            if exc.code != "ResourceConflictException":
+                raise
+            # The function exists (a previous run, or a run that died before its cleanup):
+            # Lambda refuses a code update while a configuration update is in progress.
+            self._wait_ready()
+            self._call("update_function_configuration", **config)
+            self._wait_ready()
+            self._call(
+                "update_function_code", FunctionName=self.target.function_name, **code,
+                Architectures=[self.target.architecture],
+            )
+        self._wait_ready()
+        # Lambda retries a failed asynchronous invocation twice by itself; a retried rank
+        # would join the barrier beside the one `follow` re-invokes, so the launcher alone
+        # decides when a rank runs again.
+        self._call(
+            "put_function_event_invoke_config", FunctionName=self.target.function_name,
+            MaximumRetryAttempts=0,
+        )
+        self._call(
+            "put_function_concurrency", FunctionName=self.target.function_name,
+            ReservedConcurrentExecutions=workers,
+        )
+        self._reserved_concurrency = True
+
+    def _wait_ready(self) -> None:
+        """Poll until the function is Active with no update in progress (or say why not)."""
+        for _ in range(self._ready_polls):
+            configuration = self._call(
+                "get_function", FunctionName=self.target.function_name
+            ).get("Configuration", {})
+            state = configuration.get("State", "Active")
+            update = configuration.get("LastUpdateStatus", "Successful")
+            if state == "Failed" or update == "Failed":
+                reason = (configuration.get("StateReason")
+                          or configuration.get("LastUpdateStatusReason") or "no reason given")
+                raise AwsLaunchError(
+                    f"function {self.target.function_name!r} failed to deploy: {reason}; fix "
+                    "the layer, image or role it names and launch again"
+                )
+            if state == "Active" and update != "InProgress":
+                return
+            self._sleep(self._ready_poll_s)
+        raise AwsLaunchError(
+            f"function {self.target.function_name!r} was not active after "
+            f"{self._ready_polls * self._ready_poll_s:.0f} s: check its state in the Lambda "
+            "console, then launch again"
+        )
+
+    # -- invoke and follow -------------------------------------------------------------------
+
+    def invoke_all(self, event_base: Mapping[str, Any], workers: int) -> None:
+        """Invoke ranks 0..n-1 asynchronously: Lambda queues them, nobody waits for them."""
+        for rank in range(workers):
+            payload = json.dumps({**event_base, "rank": rank, "workers": workers})
+            if len(payload.encode()) > ASYNC_PAYLOAD_LIMIT_BYTES:
+                raise AwsLaunchError(
+                    f"the event of rank {rank} is {len(payload.encode())} bytes, over Lambda's "
+                    f"{ASYNC_PAYLOAD_LIMIT_BYTES}-byte asynchronous limit: pass large data "
+                    "through the channel, not the event"
+                )
+            response = self._call(
+                "invoke", FunctionName=self.target.function_name, InvocationType="Event",
+                Payload=payload,
+            )
+            if response.get("StatusCode") != 202:
+                raise AwsLaunchError(
+                    f"Lambda did not queue rank {rank} of {self.target.function_name!r} (status "
+                    f"{response.get('StatusCode')}): check the function's state and launch again"
+                )
+
+    def follow(
+        self,
+        channel_progress: Callable[[], Mapping[str, Any]],
+        *,
+        reinvoke: Callable[[], None],
+        timeout_s: float = FUNCTION_TIMEOUT_S,
+        poll_s: float = 5.0,
+        quiet_s: float = 60.0,
+        max_restarts: int | None = None,
+        on_progress: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> Followed:
+        """Follow the job through the channel until it says `done`; re-invoke timed-out rounds.
+
+        A round is over when `timeout_s` has passed since its invocations *and* the progress
+        report has not changed for `quiet_s`: an asynchronous invocation may start late, and
+        re-invoking a rank that is still alive would put two copies of it on the barrier.
+        Workers checkpoint before their timeout, so the next round resumes from there. A
+        round in which nothing moved means the workers never ran: that is an error, not a
+        reason to retry forever.
+        """
+        restarts = 0
+        round_start = last_change = self._clock()
+        moved = False
+        previous: dict[str, Any] | None = None
+        while True:
+            progress = dict(channel_progress())
+            now = self._clock()
+            if on_progress is not None:
+                on_progress(progress)
+            if progress.get("done"):
+                return Followed(restarts=restarts, progress=progress)
+            if previous is not None and progress != previous:
+                moved, last_change = True, now
+            previous = progress
+            if now - round_start >= timeout_s and now - last_change >= quiet_s:
+                if not moved:
+                    raise AwsLaunchError(
+                        f"no progress from function {self.target.function_name!r} in "
+                        f"{now - round_start:.0f} s (progress: {progress}): the workers did not "
+                        "run; read their CloudWatch logs, and check that the channel URL is "
+                        "reachable from Lambda and the layer or image holds the dependencies"
+                    )
+                if max_restarts is not None and restarts >= max_restarts:
+                    raise AwsLaunchError(
+                        f"the job was re-invoked {restarts} times and is still not done "
+                        f"(progress: {progress}): training on Lambda is much slower than the "
+                        "plan predicts; profile the workload again and re-solve"
+                    )
+                reinvoke()
+                restarts += 1
+                round_start = last_change = self._clock()
+                # The new round's first report is its baseline: what `reinvoke` itself
+                # changed (the channel's restart count) is no sign of live workers.
+                moved, previous = False, None
+            self._sleep(poll_s)
+
+    # -- cleanup -----------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Delete what this launcher created; a function it only updated keeps existing.
+
+        Every deletion is attempted even if one fails, so a failure leaves as little behind
+        as possible; `ResourceNotFoundException` (already gone) is the only error ignored.
+        """
+        name = self.target.function_name
+        steps: list[tuple[str, bool]] = [
+            ("delete_function_concurrency", self._reserved_concurrency),
+            ("delete_function", self._created_function),
+        ]
+        failures: list[AwsLaunchError] = []
+        for method, wanted in steps:
+            if not wanted:
+                continue
+            try:
+                self._call(method, FunctionName=name)
+            except AwsLaunchError as exc:
+                if exc.code != "ResourceNotFoundException":
+                    failures.append(exc)
+        if failures:
+            raise failures[0]
+
+
+def _plan_value(plan: Mapping[str, Any], key: str) -> Any:
+    if key not in plan:
+        raise AwsLaunchError(
+            f"the plan has no {key!r}: pass the output of `lambdadnn solve --json`"
+        )
+    return plan[key]
+
+
+def worker_event(
+    plan: Mapping[str, Any], *, job: str, redis_url: str,
+    worker_settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The event every rank receives (its `rank` is added per invocation).
+
+    Iterations and local batch come from the plan; the rest from `WORKER_DEFAULTS`, and
+    `worker_settings` overrides any of them (the local backend passes the same ones).
+    """
+    event: dict[str, Any] = {
+        **WORKER_DEFAULTS,
+        "job": job,
+        "redis_url": redis_url,
+        "workers": int(_plan_value(plan, "functions")),
+        "iterations": math.ceil(float(_plan_value(plan, "iterations"))),
+        "local_batch": max(1, round(float(_plan_value(plan, "local_batch")))),
+    }
+    event.update(worker_settings or {})
+    return event
+
+
+def run_aws(
+    plan: Mapping[str, Any],
+    client: Any,
+    target: AwsTarget,
+    *,
+    redis_url: str,
+    channel_progress: Callable[[], Mapping[str, Any]],
+    job: str,
+    channel_result: Callable[[], Mapping[str, Any] | None] | None = None,
+    record_restart: Callable[[], object] | None = None,
+    worker_settings: Mapping[str, Any] | None = None,
+    poll_s: float = 5.0,
+    quiet_s: float = 60.0,
+    max_restarts: int | None = None,
+    on_progress: Callable[[Mapping[str, Any]], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always).
+
+    The Redis channel at `redis_url` must be reachable from Lambda (a Redis next to the
+    parameter server, not 127.0.0.1). `max_restarts` defaults to three times the rounds the
+    plan predicts, so a job far slower than planned stops instead of running up a bill.
+    `record_restart` (the channel's) is called before each re-invocation round, so the
+    channel's own restart count agrees with the report's. The report has status,
+    iterations, restarts, invocations, measured_time_s (from the first invocation to `done`)
+    and predicted_time_s (the plan's time_s), plus whatever `channel_result` returns (final
+    loss, test accuracy).
+    """
+    workers = int(_plan_value(plan, "functions"))
+    memory_mb = int(_plan_value(plan, "memory_mb"))
+    predicted_time_s = float(_plan_value(plan, "time_s"))
+    planned_restarts = int(plan.get("restarts", 0))
+    if max_restarts is None:
+        max_restarts = 3 * (planned_restarts + 1)
+    event = worker_event(plan, job=job, redis_url=redis_url, worker_settings=worker_settings)
+    launcher = AwsLauncher(client, target, sleep=sleep, clock=clock)
+
+    def reinvoke() -> None:
+        if record_restart is not None:
+            record_restart()
+        launcher.invoke_all(event, workers)
+
+    try:
+        launcher.deploy(memory_mb, workers, redis_url, job)
+        started = clock()
+        launcher.invoke_all(event, workers)
+        followed = launcher.follow(
+            channel_progress, reinvoke=reinvoke,
+            poll_s=poll_s, quiet_s=quiet_s, max_restarts=max_restarts, on_progress=on_progress,
+        )
+        measured_time_s = clock() - started
+    finally:
+        launcher.cleanup()
+    report: dict[str, Any] = dict((channel_result() if channel_result else None) or {})
+    report.update(
+        status="done",
+        backend="aws",
+        function_name=target.function_name,
+        functions=workers,
+        memory_mb=memory_mb,
+        iterations=followed.progress.get("iteration", event["iterations"]),
+        restarts=followed.restarts,
+        predicted_restarts=planned_restarts,
+        invocations=workers * (followed.restarts + 1),
+        measured_time_s=measured_time_s,
+        predicted_time_s=predicted_time_s,
+    )
+    return report
+
+
+def dry_run(
+    plan: Mapping[str, Any],
+    target: AwsTarget,
+    *,
+    redis_url: str,
+    job: str,
+    worker_settings: Mapping[str, Any] | None = None,
+) -> list[Call]:
+    """Every AWS call `run_aws` would make for this plan, in order, without making any.
+
+    It runs `run_aws` itself against a `DryRunClient`, with a channel that reports the job
+    done at once: the listing cannot drift from what a real run does.
+    """
+    client = DryRunClient()
+    run_aws(
+        plan, client, target, redis_url=redis_url, job=job, worker_settings=worker_settings,
+        channel_progress=lambda: {"done": True}, sleep=lambda _seconds: None,
+    )
+    return client.calls

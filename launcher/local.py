@@ -1,0 +1,423 @@
+"""The local backend: a plan's `n` workers as processes on this machine, each capped at m/1769 vCPU.
+
+Each worker process (a fresh Python, as a fresh Lambda sandbox) is one "invocation": it imports
+torch (the init phase, not on the clock), joins its CPU cgroup, then runs
+`launcher.worker.handler` with a deadline of `timeout_s`, and is killed if it overruns it.
+A round ends when every worker has returned; if any of them timed out, crashed or was killed,
+the survivors are stopped (they would wait at the barrier for it), the channel is restored to
+its last checkpoint and all `n` are launched again, until the last iteration is done.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from launcher import LaunchError
+from launcher.channel import ParameterChannel
+
+__all__ = ["LaunchReport", "redis_server", "run_local"]
+
+MB_PER_VCPU = 1769  # AWS Lambda: 1,769 MB of memory buy one vCPU
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_CPU_PERIOD_US = 100_000
+_INIT_TIMEOUT_S = 120.0  # a worker that cannot even import torch in this long is hung
+_STALL_LIMIT = 3  # relaunches in a row that resume from no later checkpoint: give up
+_POLL_S = 0.1
+_SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)  # where `launcher` imports from
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    """What running a plan measured, beside what the model predicted for it."""
+
+    status: str
+    backend: str
+    workers: int
+    memory_mb: int
+    iterations: int
+    restarts: int
+    measured_time_s: float
+    predicted_time_s: float
+    final_loss: float
+    test_accuracy: float
+    cpu_limit: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def redis_server(*, startup_timeout_s: float = 10.0) -> Iterator[str]:
+    """A throw-away redis-server on 127.0.0.1 (free port, no persistence); yields its URL."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        raise LaunchError(
+            "redis-server is not installed (Debian package redis-server); "
+            "install it or pass the URL of a running Redis"
+        )
+    for _ in range(3):  # another process may take the free port before redis-server binds it
+        port = _free_port()
+        process = subprocess.Popen(
+            [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            if _wait_for_redis(process, port, startup_timeout_s):
+                yield f"redis://127.0.0.1:{port}/0"
+                return
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    raise LaunchError("redis-server exited at start-up three times (ports taken?)")
+
+
+def _wait_for_redis(process: subprocess.Popen[bytes], port: int, timeout_s: float) -> bool:
+    """True once the server answers PING; False if it exited (port taken)."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while process.poll() is None:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise LaunchError(
+                        f"redis-server on port {port} did not answer within {timeout_s:g} s"
+                    ) from None
+                time.sleep(0.05)
+        return False
+    finally:
+        client.close()
+
+
+@dataclass
+class CpuCap:
+    """Per-rank cgroups that hold each worker at m/1769 vCPU, or why there are none."""
+
+    description: str
+    procs_files: list[str | None]
+    created: list[Path] = field(default_factory=list)
+
+    def remove(self) -> None:
+        """Remove the cgroups, deepest first; a killed worker may take a moment to leave."""
+        for path in reversed(self.created):
+            for attempt in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or attempt == 49:
+                        raise LaunchError(f"cannot remove cgroup {path}: {exc.strerror}") from exc
+                    time.sleep(0.1)
+        self.created.clear()
+
+
+def cap_cpu(job: str, workers: int, memory_mb: int, root: Path = CGROUP_ROOT) -> CpuCap:
+    """Make one cgroup per rank with a CPU quota of `memory_mb / 1769` vCPU.
+
+    cgroup v2 (`cpu.max` under `root`) first; on a hybrid machine whose cpu controller is still
+    on cgroup v1 (`root/cpu`), `cpu.cfs_quota_us` does the same. Anything else, or a failed
+    write, leaves the workers uncapped and says why in `description`.
+    """
+    vcpu = memory_mb / MB_PER_VCPU
+    quota = max(1000, round(_CPU_PERIOD_US * vcpu))  # the kernel's smallest quota is 1 ms
+    uncapped: list[str | None] = [None] * workers
+    if (root / "cgroup.controllers").exists():
+        version, base = "v2", root
+        if "cpu" not in (root / "cgroup.controllers").read_text().split():
+            return CpuCap(f"uncapped: the cgroup v2 cpu controller is not available at {root}",
+                          uncapped)
+    elif (root / "cpu" / "cpu.cfs_quota_us").exists():
+        version, base = "v1", root / "cpu"
+    else:
+        return CpuCap(f"uncapped: no cgroup cpu controller is mounted at {root}", uncapped)
+    cap = CpuCap("", uncapped)
+    try:
+        if version == "v2" and "cpu" not in (root / "cgroup.subtree_control").read_text().split():
+            (root / "cgroup.subtree_control").write_text("+cpu")
+        group = base / f"lambdadnn-{job}"
+        group.mkdir()
+        cap.created.append(group)
+        if version == "v2":
+            (group / "cgroup.subtree_control").write_text("+cpu")
+        procs: list[str | None] = []
+        for rank in range(workers):
+            leaf = group / f"rank-{rank}"
+            leaf.mkdir()
+            cap.created.append(leaf)
+            if version == "v2":
+                (leaf / "cpu.max").write_text(f"{quota} {_CPU_PERIOD_US}")
+            else:
+                (leaf / "cpu.cfs_period_us").write_text(str(_CPU_PERIOD_US))
+                (leaf / "cpu.cfs_quota_us").write_text(str(quota))
+            procs.append(str(leaf / "cgroup.procs"))
+    except OSError as exc:
+        cap.remove()
+        return CpuCap(
+            f"uncapped: cannot set up cgroup {version} CPU limits under {base} "
+            f"({exc.strerror or exc}: {exc.filename})", uncapped,
+        )
+    setting = (f"cpu.max '{quota} {_CPU_PERIOD_US}'" if version == "v2"
+               else f"cpu.cfs_quota_us {quota} per {_CPU_PERIOD_US} µs")
+    cap.description = (
+        f"capped at {quota / _CPU_PERIOD_US:.3f} vCPU per worker ({memory_mb} MB / "
+        f"{MB_PER_VCPU} MB) by cgroup {version} {setting} under {group}"
+    )
+    cap.procs_files = procs
+    return cap
+
+
+class _Deadline:
+    """The local stand-in for Lambda's context: the time left before the invocation is killed."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+def _worker_main() -> None:
+    """A worker process's body: init (uncapped, off the clock), join the cgroup, run the handler.
+
+    Reads `{"event", "timeout_s", "procs_file"}` as JSON on stdin and reports JSON lines
+    (`started` with its deadline, then `result` or `error`) on the file descriptor in argv[1],
+    so whatever the libraries print on stdout cannot garble them.
+    """
+    report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+    job = json.load(sys.stdin)
+    from launcher.worker import handler  # torch: only ever imported in worker processes
+
+    if job["procs_file"] is not None:
+        Path(job["procs_file"]).write_text(str(os.getpid()))
+    context = _Deadline(time.monotonic() + job["timeout_s"])
+    report.write(json.dumps({"started": context.deadline}) + "\n")
+    try:
+        report.write(json.dumps({"result": handler(job["event"], context)}) + "\n")
+    except Exception:
+        report.write(json.dumps({"error": traceback.format_exc()}) + "\n")
+        raise
+
+
+@dataclass
+class _Invocation:
+    """One worker process of one round, as the launcher sees it."""
+
+    rank: int
+    process: subprocess.Popen[bytes]
+    reports: int  # the read end of the worker's report pipe (non-blocking)
+    launched: float
+    deadline: float | None = None
+    result: dict[str, Any] | None = None
+    failure: str | None = None
+    buffer: bytes = b""
+
+    @classmethod
+    def start(cls, event: dict[str, Any], timeout_s: float, procs_file: str | None) -> _Invocation:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", "from launcher.local import _worker_main; _worker_main()",
+                 str(write)],
+                stdin=subprocess.PIPE, pass_fds=(write,), env=env,
+            )
+        except OSError:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(
+            {"event": event, "timeout_s": timeout_s, "procs_file": procs_file}
+        ).encode())
+        process.stdin.close()
+        return cls(int(event["rank"]), process, read, time.monotonic())
+
+    def drain(self) -> None:
+        """Read whatever the worker has reported so far."""
+        while True:
+            try:
+                chunk = os.read(self.reports, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "started" in message:
+                self.deadline = float(message["started"])
+            elif "result" in message:
+                self.result = message["result"]
+            else:
+                self.failure = f"rank {self.rank} raised:\n{message['error']}"
+
+    def settle(self, now: float, timeout_s: float) -> bool:
+        """Note an exit or an overrun (killing it, as Lambda would); True once it is over."""
+        code = self.process.poll()
+        if code is not None:
+            self.drain()
+            if self.result is None and self.failure is None:
+                cause = (f"was killed by {signal.Signals(-code).name}" if code < 0
+                         else f"exited with code {code}")
+                self.failure = f"rank {self.rank} {cause} without a result"
+            return True
+        if self.deadline is not None and now > self.deadline:
+            self.failure = f"rank {self.rank} overran its {timeout_s:g} s timeout and was killed"
+        elif self.deadline is None and now - self.launched > _INIT_TIMEOUT_S:
+            self.failure = f"rank {self.rank} did not finish its init in {_INIT_TIMEOUT_S:g} s"
+        else:
+            return False
+        self.process.kill()
+        return True
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        os.close(self.reports)
+
+
+def _round(
+    event: dict[str, Any], cap: CpuCap, timeout_s: float, channel: ParameterChannel,
+    on_iteration: Callable[[int], None],
+) -> list[_Invocation]:
+    """Run every rank once; stop the survivors as soon as one fails (they would wait for it)."""
+    invocations: list[_Invocation] = []
+    try:
+        for rank in range(int(event["workers"])):
+            invocations.append(
+                _Invocation.start({**event, "rank": rank}, timeout_s, cap.procs_files[rank])
+            )
+        pending = list(invocations)
+        while pending:
+            select.select([i.reports for i in pending], [], [], _POLL_S)
+            now = time.monotonic()
+            for invocation in pending:
+                invocation.drain()
+            pending = [i for i in pending if not i.settle(now, timeout_s)]
+            on_iteration(channel.progress()["iteration"])
+            if any(i.failure for i in invocations):
+                break
+        return invocations
+    finally:
+        for invocation in invocations:
+            invocation.close()
+
+
+def run_local(
+    plan: Mapping[str, Any],
+    *,
+    redis_url: str | None = None,
+    timeout_s: float = 900,
+    timeout_margin_s: float | None = None,
+    checkpoint_every: int = 20,
+    seed: int = 0,
+    lr: float = 0.05,
+    progress: Callable[[int, int], None] | None = None,
+) -> LaunchReport:
+    """Train the plan's `functions` workers at `memory_mb` each for its `iterations`, for real.
+
+    `timeout_s` is each invocation's limit (Lambda's 900 s by default); a worker stops to
+    checkpoint `timeout_margin_s` before it (default: a quarter of it, at most 30 s).
+    `progress(iteration, total)` is called as the channel advances (and steps back to the
+    checkpoint when a failed round is restored). Raises `LaunchError` when
+    the plan cannot run, or when relaunches stop making progress.
+    """
+    workers, memory_mb = int(plan["functions"]), int(plan["memory_mb"])
+    total = math.ceil(float(plan["iterations"]))
+    local_batch = max(1, round(float(plan["local_batch"])))
+    margin = min(30.0, timeout_s / 4) if timeout_margin_s is None else timeout_margin_s
+    if workers < 1 or memory_mb < 1 or total < 1:
+        raise LaunchError(
+            f"nothing to run: {workers} functions, {memory_mb} MB, {total} iterations"
+        )
+    if not 0 <= margin < timeout_s or checkpoint_every < 1:
+        raise LaunchError(
+            f"need 0 <= timeout_margin_s ({margin:g}) < timeout_s ({timeout_s:g}) "
+            f"and checkpoint_every ({checkpoint_every}) >= 1"
+        )
+    job = f"local-{uuid.uuid4().hex[:12]}"
+    reported = -1
+
+    def on_iteration(iteration: int) -> None:
+        nonlocal reported
+        if progress is not None and iteration != reported:
+            reported = iteration
+            progress(iteration, total)
+
+    with ExitStack() as stack:
+        url = redis_url if redis_url is not None else stack.enter_context(redis_server())
+        client = stack.enter_context(redis.Redis.from_url(url))
+        channel = ParameterChannel(client, job, workers=workers)
+        if redis_url is not None:
+            stack.callback(channel.cleanup)
+        cap = cap_cpu(job, workers, memory_mb)
+        stack.callback(cap.remove)
+        event = {
+            "workers": workers, "job": job, "redis_url": url, "iterations": total,
+            "local_batch": local_batch, "checkpoint_every": checkpoint_every,
+            "timeout_margin_s": margin, "seed": seed, "lr": lr,
+        }
+        started = time.monotonic()
+        restarts, best, stalls = 0, -1, 0
+        while True:
+            invocations = _round(event, cap, timeout_s, channel, on_iteration)
+            if all(i.result is not None and i.result["status"] == "done" for i in invocations):
+                break
+            restarts = channel.record_restart()
+            resumed = channel.restore() or 0
+            best, stalls = (resumed, 0) if resumed > best else (best, stalls + 1)
+            if stalls >= _STALL_LIMIT:
+                failures = "\n".join(i.failure for i in invocations if i.failure)
+                raise LaunchError(
+                    f"job {job}: {stalls} relaunches in a row resumed from iteration {resumed} "
+                    f"without progress; last failures:\n{failures or '(none)'}"
+                )
+        result = channel.result()
+        if result is None:
+            raise LaunchError(f"job {job}: every worker returned done but no result was published")
+        on_iteration(int(result["iterations"]))
+        return LaunchReport(
+            status="done", backend="local", workers=workers, memory_mb=memory_mb,
+            iterations=int(result["iterations"]), restarts=restarts,
+            measured_time_s=time.monotonic() - started,
+            predicted_time_s=float(plan["time_s"]), final_loss=float(result["final_loss"]),
+            test_accuracy=float(result["test_accuracy"]), cpu_limit=cap.description,
+        )

@@ -1,0 +1,108 @@
+"""`lambdadnn launch` through click's CliRunner: local runs, the AWS dry run and wiring, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import launcher.aws
+from cli import main
+from solver import solve
+
+ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def plan_file(tmp_path: Path) -> Path:
+    """The 1DCNN plan from `solve --json`, shrunk to 2 workers and 120 iterations of digits."""
+    plan = solve("instances/1dcnn-imdb.yaml").to_dict()
+    plan.update(functions=2, iterations=120)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def test_local_launch_reports_in_json(plan_file: Path, redis_url: str) -> None:
+    code, out, err = run("launch", str(plan_file), "--redis-url", redis_url, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert {"status", "iterations", "restarts", "measured_time_s", "predicted_time_s",
+            "final_loss", "test_accuracy"} <= report.keys()
+    assert report["status"] == "done" and report["iterations"] == 120
+    assert report["predicted_time_s"] == json.loads(plan_file.read_text())["time_s"]
+    assert report["test_accuracy"] > 0.8
+
+
+def test_aws_dry_run_lists_every_call_without_making_one(plan_file: Path) -> None:
+    code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
+                         "--dry-run")
+    assert code == 0, err
+    calls = json.loads(out)
+    operations = [call["operation"] for call in calls]
+    assert operations[0] == "CreateFunction" and operations[-1] == "DeleteFunction"
+    assert operations.count("Invoke") == 2
+    create = calls[0]["params"]
+    assert create["MemorySize"] == json.loads(plan_file.read_text())["memory_mb"]
+    assert create["Timeout"] == 900
+    ranks = sorted(json.loads(c["params"]["Payload"])["rank"] for c in calls
+                   if c["operation"] == "Invoke")
+    assert ranks == [0, 1]
+
+
+def test_print_policy_names_the_actions() -> None:
+    code, out, _ = run("launch", "--print-policy")
+    actions = {a for s in json.loads(out)["Statement"] for a in s["Action"]}
+    assert code == 0 and {"lambda:CreateFunction", "lambda:InvokeFunction"} <= actions
+
+
+def test_aws_backend_is_wired_to_the_channel(
+    plan_file: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI hands run_aws the channel's progress, result and restart hooks."""
+    seen: dict[str, Any] = {}
+
+    def fake_run_aws(plan: Any, client: Any, target: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(kwargs, target=target)
+        progress = kwargs["channel_progress"]()
+        return {"status": "done", "backend": "aws", "iterations": progress["iteration"],
+                "restarts": 0, "measured_time_s": 1.0, "predicted_time_s": plan["time_s"],
+                "final_loss": 0.1, "test_accuracy": 0.95}
+
+    monkeypatch.setattr(launcher.aws, "run_aws", fake_run_aws)
+    code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
+                         "--redis-url", redis_url, "--endpoint-url", "http://127.0.0.1:9",
+                         "--json")
+    assert code == 0, err
+    assert seen["redis_url"] == redis_url and seen["target"].role_arn == ROLE
+    assert callable(seen["channel_result"]) and callable(seen["record_restart"])
+    assert json.loads(out)["status"] == "done"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["launch"], "`SOURCE`"),
+        (["launch", "{plan}", "--backend", "aws"], "`--role-arn`"),
+        (["launch", "{plan}", "--backend", "aws", "--role-arn", ROLE], "`--redis-url`"),
+        (["launch", "{plan}", "--dry-run"], "`--dry-run`"),
+        (["launch", "{bad}"], "`memory_mb`"),
+        (["launch", "no/such/plan.json"], "does not exist"),
+    ],
+)
+def test_launch_errors_are_one_line(
+    args: list[str], fragment: str, plan_file: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"functions": 2}')
+    code, out, err = run(*(a.format(plan=plan_file, bad=bad) for a in args))
+    assert code == 1 and fragment in err and err.count("\n") == 1, err
+    assert "Traceback" not in out + err
