@@ -44,9 +44,10 @@ typecheck: $(VENV)/.installed-test
 pytest: $(VENV)/.installed-test $(REDIS_SERVER)
 	.ci/with-services $(BIN)/pytest
 
-## bench: solve() against the brute force and λDNN's Algorithm 1 (ratios, same run)
+## bench: solve() vs brute force and Algorithm 1; 10,000 simulated jobs vs the 60 s target
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.solve
+	$(BIN)/python -m benchmarks.simulate
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis
