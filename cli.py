@@ -85,11 +85,14 @@ def _breakdown_lines(result: Plan | Evaluation) -> list[str]:
     tb, cb = result.time_breakdown, result.cost_breakdown
     total_t, total_c = result.time_s or 1.0, result.cost_usd or 1.0
     lines = ["  time breakdown                    seconds    share"]
-    for label, value in (
+    parts = [
         ("load training data", tb.load_s), ("compute", tb.compute_s),
         ("communication (push + pull)", tb.communication_s),
-        ("restart overhead", tb.restart_overhead_s), ("cold starts", tb.cold_start_s),
-    ):
+        ("restart overhead", tb.restart_overhead_s),
+    ]
+    if tb.cold_start_s:  # only a noise model (a guarantee) plans for cold starts
+        parts.append(("cold starts", tb.cold_start_s))
+    for label, value in parts:
         lines.append(f"    {label:<28}{value:>12,.1f}  {value / total_t:>6.1%}")
     lines.append("  cost breakdown                        USD    share")
     for label, value in (
