@@ -32,6 +32,7 @@ from solver import (
     NoiseModel,
     NoValidPlanError,
     Plan,
+    deadline_crossings,
     evaluate,
     load_instance,
     solve,
@@ -223,9 +224,12 @@ def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
     """The derived bounds on n and m, the share of the grid they keep, and how each was derived."""
     plan = solve(instance, platform=platform)
     b = plan.bounds
+    crossings = deadline_crossings(instance, memory_mb=b.m_max, platform=platform)
     if as_json:
-        _emit_json(b.to_dict())
+        _emit_json({**b.to_dict(), "crossings": [
+            {"regime": c.regime, "functions": c.functions} for c in crossings]})
         return
+    solved = ", ".join(f"n = {c.functions:,.2f} ({c.regime})" for c in crossings) or "none"
     lines = [
         f"{plan.instance} on {plan.platform}",
         f"  functions  n ∈ [{b.n_min}, {b.n_max}]",
@@ -234,6 +238,8 @@ def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
         f"pruning by cost, {b.evaluated_points:,} evaluated ({b.share_evaluated:.3%})",
         "  derivation",
         *(f"    - {line}" for line in b.derivations),
+        f"    - closed forms, T_train(n, {b.m_max:,} MB) = T_o solved for n per regime: "
+        f"{solved} (T ≥ T_train, so no n with T_train > T_o meets the deadline)",
     ]
     click.echo("\n".join(lines))
 

@@ -254,3 +254,64 @@ def cost_lower_bound(
     p_req = values[model.PARAMETERS.index("p_req")]
     lower: Array = high_time * weight + functions * (high_restarts + 1) * p_req
     return lower
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """Where T_train(n) = T_o in one regime, at a fixed memory: the paper's closed forms."""
+
+    regime: str
+    functions: float
+
+
+@cache
+def _deadline_roots() -> tuple[tuple[str, bool, bool, Callable[..., Any]], ...]:
+    """T_train = T_o solved for n per (batch, communication) regime, with the rate and storage
+    bandwidth held as symbols R, B_fs (memory fixed). Built on first use: it is for
+    explaining the bounds (`lambdadnn bounds`), not on the solver's path."""
+    rate_symbol, storage_symbol, deadline = sp.symbols("R B_fs T_o", positive=True)
+    piecewise = model.t_train.atoms(sp.Piecewise)
+    rate = model.alpha1 * sp.Min(model.m, model.m_sat) + model.beta1
+    storage = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
+    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
+    solved = []
+    for fixed_local, comm in itertools.product((True, False), ps_min.args):
+        choice: dict[sp.Basic, sp.Basic] = {
+            pw: pw.args[0 if fixed_local else 1].expr for pw in piecewise
+        }
+        choice.update({ps_min: comm, rate: rate_symbol, storage: storage_symbol, model.s_c: 1})
+        t_train = model.t_train.xreplace(choice)
+        roots = [
+            root for root in sp.solve(t_train - deadline, model.n, simplify=False, check=False)
+            if root != 0
+        ]
+        name = (f"{'fixed-local' if fixed_local else 'fixed-global'} batch, "
+                f"{'function' if comm == model.B_fmax else 'PS'}-bound")
+        function = sp.lambdify(
+            (*model.PARAMETER_SYMBOLS, rate_symbol, storage_symbol, deadline), roots,
+            modules="numpy",
+        )
+        solved.append((name, fixed_local, comm == model.B_fmax, function))
+    return tuple(solved)
+
+
+def deadline_crossings(
+    values: tuple[float, ...], memory_mb: float, deadline_s: float
+) -> list[Crossing]:
+    """The real, positive n where DESIGN.md's T_train(n, memory_mb) = T_o, each checked to lie
+    in the regime it was solved in, smallest first (restarts only add to T, so these are
+    where the deadline can start or stop being met, never later or earlier)."""
+    params = dict(zip(model.PARAMETERS, values, strict=True))
+    per_memory = model.figures(values, 1.0, memory_mb, ("rate", "storage_bandwidth"))
+    rate, storage = float(per_memory["rate"]), float(per_memory["storage_bandwidth"])
+    crossings = []
+    for name, fixed_local, function_bound, function in _deadline_roots():
+        with np.errstate(all="ignore"):
+            roots = np.asarray(function(*map(np.float64, values), rate, storage, deadline_s),
+                               dtype=np.float64).ravel()
+        for n in roots[np.isfinite(roots) & (roots > 0)]:
+            in_batch = (n * params["b_lf"] <= params["b_gmax"]) == fixed_local
+            in_comm = (params["B_fmax"] <= params["B_p"] / n) == function_bound
+            if in_batch and in_comm:
+                crossings.append(Crossing(name, float(n)))
+    return sorted(crossings, key=lambda crossing: crossing.functions)

@@ -10,11 +10,11 @@ from solver.errors import (
     SolverError,
 )
 from solver.instance import Instance, load_instance
-from solver.pipeline import evaluate, solve
+from solver.pipeline import deadline_crossings, evaluate, solve
 from solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
 
 __all__ = [
     "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",
     "LambdaDnnError", "NoValidPlanError", "NoiseModel", "Plan", "SolverError", "TimeBreakdown",
-    "evaluate", "load_instance", "solve",
+    "deadline_crossings", "evaluate", "load_instance", "solve",
 ]

@@ -240,3 +240,13 @@ def solve(
         solver_status=selection.status,
         solve_seconds=time.perf_counter() - started,
     )
+
+
+def deadline_crossings(
+    instance: InstanceLike, *, memory_mb: int, platform: str | None = None
+) -> list[model_bounds.Crossing]:
+    """Where DESIGN.md's T_train(n, memory_mb) = T_o, per regime (the paper's closed forms for
+    n, solved by SymPy): the n bounds of `solve()` lie between them, restarts only adding time."""
+    loaded = load_instance(instance, platform=platform)
+    values = model.parameter_values(loaded.parameters())
+    return model_bounds.deadline_crossings(values, memory_mb, loaded.objective.deadline_s)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 
 from models.bounds import box
-from models.performance import parameter_values
-from solver import Instance, NoValidPlanError, load_instance, solve
+from models.performance import figures, parameter_values
+from solver import Instance, NoValidPlanError, deadline_crossings, load_instance, solve
 from tests.oracle import brute_force
 from tests.strategies import instance_mappings
 
@@ -114,3 +114,29 @@ def test_no_valid_plan_has_no_box() -> None:
     assert instance_box(hopeless) is None
     with pytest.raises(NoValidPlanError, match=r"`workload\.min_memory_mb`"):
         solve(hopeless)
+
+
+@given(instance_mappings())
+def test_closed_forms_solve_the_deadline_equation(mapping: dict[str, Any]) -> None:
+    """Property: every per-regime root n* of T_train(n, m_max) = T_o, put back into the model,
+    gives T_train = T_o (numpy evaluation of the lambdified model at a real n)."""
+    instance = load_instance(mapping)
+    derived = instance_box(instance)
+    if derived is None:
+        return
+    values = parameter_values(instance.parameters())
+    deadline = instance.objective.deadline_s
+    for crossing in deadline_crossings(instance, memory_mb=derived.bounds.m_max):
+        t_train = figures(values, crossing.functions, derived.bounds.m_max, ("t_train",))
+        assert float(t_train["t_train"]) == pytest.approx(deadline, rel=1e-6)
+
+
+@pytest.mark.parametrize("path", SHIPPED)
+def test_exact_n_bounds_lie_within_the_closed_forms(path: str) -> None:
+    """On λDNN's workloads T_train falls, then rises once the PS is shared: two crossings,
+    and the exact bounds (restarts included) sit inside them."""
+    bounds = solve(path).bounds
+    low, high = deadline_crossings(path, memory_mb=bounds.m_max)
+    assert math.ceil(low.functions) <= bounds.n_min
+    assert bounds.n_max <= math.floor(high.functions)
+    assert high.regime == "fixed-global batch, PS-bound"
