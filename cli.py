@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-
-from simulator.compare import (
+from lambdadnn.simulator.compare import (
     DEFAULT_GUARANTEE,
     STRATEGY_NAMES,
     StrategyReport,
     compare,
 )
-from simulator.compare import plot as plot_comparison
-from simulator.pool import DEFAULT_POOL_SIZE
-from simulator.trace import generate_trace, read_trace
-from solver import (
+from lambdadnn.simulator.compare import plot as plot_comparison
+from lambdadnn.simulator.pool import DEFAULT_POOL_SIZE
+from lambdadnn.simulator.trace import generate_trace, read_trace
+from lambdadnn.solver import (
     Evaluation,
     InstanceError,
     LambdaDnnError,
@@ -37,7 +36,7 @@ from solver import (
     load_instance,
     solve,
 )
-from solver.frontier import deadline_range, frontier, plot
+from lambdadnn.solver.frontier import deadline_range, frontier, plot
 
 EXIT_INFEASIBLE = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -474,7 +473,7 @@ def launch_command(
     dry_run: bool, print_policy: bool, platform: str | None, as_json: bool,
 ) -> None:
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first)."""
-    from launcher import aws
+    from lambdadnn.launcher import aws
 
     if print_policy:
         target = None
@@ -503,7 +502,7 @@ def launch_command(
     else:
         if dry_run:
             raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
-        from launcher.local import run_local
+        from lambdadnn.launcher.local import run_local
 
         bar = _iteration_bar(not as_json, int(-(-float(plan["iterations"]) // 1)))
         try:
@@ -536,9 +535,8 @@ def _launch_aws(
     endpoint_url: str | None, quiet: bool,
 ) -> dict[str, Any]:
     import redis
-
-    from launcher import aws
-    from launcher.channel import ParameterChannel
+    from lambdadnn.launcher import aws
+    from lambdadnn.launcher.channel import ParameterChannel
 
     client = aws.lambda_client(target.region, endpoint_url=endpoint_url)
     channel = ParameterChannel(redis.Redis.from_url(redis_url), job,

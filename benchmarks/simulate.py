@@ -15,9 +15,9 @@ import json
 import sys
 import time
 
-from simulator.compare import STRATEGY_NAMES, compare
-from simulator.trace import generate_trace
-from solver import NoiseModel, evaluate
+from lambdadnn.simulator.compare import STRATEGY_NAMES, compare
+from lambdadnn.simulator.trace import generate_trace
+from lambdadnn.solver import NoiseModel, evaluate
 
 TARGET_S = 60.0
 

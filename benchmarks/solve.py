@@ -29,10 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.ldnn_alg1 import ldnn_alg1
-from solver import solve
-from solver.errors import LambdaDnnError, NoValidPlanError
-from solver.instance import Instance, load_instance
+from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1
+from lambdadnn.solver import solve
+from lambdadnn.solver.errors import LambdaDnnError, NoValidPlanError
+from lambdadnn.solver.instance import Instance, load_instance
+
 from tests.oracle import brute_force
 
 ROOT = Path(__file__).resolve().parent.parent

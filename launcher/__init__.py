@@ -5,7 +5,7 @@ AWS backend can import the rest without paying for PyTorch.
 """
 
 # The root error only: importing `solver` would pull SymPy and Pyomo into every Lambda worker.
-from models.errors import LambdaDnnError
+from lambdadnn.models.errors import LambdaDnnError
 
 __all__ = ["LaunchError"]
 

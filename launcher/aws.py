@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from launcher import LaunchError
+from lambdadnn.launcher import LaunchError
 
 __all__ = [
     "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "POLICY_ACTIONS", "REDIS_URL_ENV", "RUNTIME",
@@ -35,7 +35,7 @@ __all__ = [
     "worker_event",
 ]
 
-HANDLER = "launcher.worker.handler"
+HANDLER = "lambdadnn.launcher.worker.handler"
 RUNTIME = "python3.11"
 FUNCTION_TIMEOUT_S = 900
 REDIS_URL_ENV = "LAMBDADNN_REDIS_URL"

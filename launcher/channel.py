@@ -36,9 +36,8 @@ from typing import Any
 
 import numpy as np
 import redis
+from lambdadnn.launcher import LaunchError
 from redis.client import Pipeline
-
-from launcher import LaunchError
 
 __all__ = ["BarrierTimeoutError", "ChannelError", "ParameterChannel"]
 

@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
-
-from launcher import LaunchError
-from launcher.channel import ParameterChannel
+from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.channel import ParameterChannel
 
 __all__ = ["LaunchReport", "redis_server", "run_local"]
 
@@ -218,7 +217,7 @@ def _worker_main() -> None:
     """
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     job = json.load(sys.stdin)
-    from launcher.worker import handler  # torch: only ever imported in worker processes
+    from lambdadnn.launcher.worker import handler  # torch: only ever imported in worker processes
 
     if job["procs_file"] is not None:
         Path(job["procs_file"]).write_text(str(os.getpid()))
@@ -252,8 +251,8 @@ class _Invocation:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", "from launcher.local import _worker_main; _worker_main()",
-                 str(write)],
+                [sys.executable, "-c",
+                 "from lambdadnn.launcher.local import _worker_main; _worker_main()", str(write)],
                 stdin=subprocess.PIPE, pass_fds=(write,), env=env,
             )
         except OSError:

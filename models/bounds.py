@@ -21,9 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import sympy as sp
-
-from models import performance as model
-from models.errors import DerivationError
+from lambdadnn.models import performance as model
+from lambdadnn.models.errors import DerivationError
 
 Array = npt.NDArray[np.float64]
 

@@ -15,8 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
-
-from models.errors import NoiseError
+from lambdadnn.models.errors import NoiseError
 
 Array = npt.NDArray[np.float64]
 

@@ -21,13 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from models import performance
-from models.noise import NoiseModel
-from simulator.engine import simulate_job
-from simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
-from solver import Instance, InstanceError, evaluate
-from solver.instance import MemoryGrid
+from lambdadnn.models import performance
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator.engine import simulate_job
+from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
+from lambdadnn.solver import Instance, InstanceError, evaluate
+from lambdadnn.solver.instance import MemoryGrid
 
 # AWS Lambda Power Tuning's usual sweep: its default powerValues plus today's larger sizes.
 POWER_TUNING_MEMORIES = (128, 256, 512, 1024, 1536, 2048, 3008, 4096, 6144, 8192, 10240)

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from models.noise import NoiseModel
-from simulator.baselines import STRATEGIES, StrategyPlan
-from simulator.pool import JobOutcome, run_trace
-from simulator.trace import Job
-from solver import Instance, NoValidPlanError, solve
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator.baselines import STRATEGIES, StrategyPlan
+from lambdadnn.simulator.pool import JobOutcome, run_trace
+from lambdadnn.simulator.trace import Job
+from lambdadnn.solver import Instance, NoValidPlanError, solve
 
 Progress = Callable[[int, int], None]
 Planner = Callable[[Instance, np.random.Generator, NoiseModel], StrategyPlan]

@@ -55,10 +55,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from models.noise import NoiseModel, draw_factors
-from models.performance import BATCH_SLACK, Array, figures, parameter_values
-from solver.instance import Instance
+from lambdadnn.models.noise import NoiseModel, draw_factors
+from lambdadnn.models.performance import BATCH_SLACK, Array, figures, parameter_values
+from lambdadnn.solver.instance import Instance
 
 _FIGURES = ("iterations", "local_batch", "t_load", "t_comp_total", "t_comm_total")
 # Iterations are drawn a segment at a time: enough to reach the timeout or the next crash plus

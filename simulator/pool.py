@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-
-from models.noise import NoiseModel
-from simulator.baselines import Strategy, StrategyPlan
-from simulator.engine import simulate_job
-from simulator.trace import Job
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator.baselines import Strategy, StrategyPlan
+from lambdadnn.simulator.engine import simulate_job
+from lambdadnn.simulator.trace import Job
 
 DEFAULT_POOL_SIZE = 50_000  # λDNN's simulation (paper, Sec. 6)
 _PLAN_STREAM, _RUN_STREAM = 0, 1

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from solver.errors import InstanceError
-from solver.instance import MAX_INTEGER, Instance, load_instance
+from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.instance import MAX_INTEGER, Instance, load_instance
+from lambdadnn.solver.shipped import instances_folder, names
 
 COLUMNS = ("submit_time_s", "instance", "epochs", "deadline_s")
-SHIPPED_INSTANCES = Path(__file__).resolve().parent.parent / "instances"
 WORKLOADS = ("1dcnn-imdb", "espcn-bsds500", "mobilenet-cifar10", "resnet50-cifar10")
 
 # Jobs per second of the synthetic trace. By Little's law a planner whose jobs hold n functions
@@ -75,9 +74,9 @@ class _Loader:
             if self._base is not None and not path.is_absolute() and (self._base / path).is_file():
                 return self._base / path
             return path
-        shipped = SHIPPED_INSTANCES / f"{name}.yaml"
+        shipped = instances_folder() / f"{name}.yaml"
         if not shipped.is_file():
-            known = ", ".join(sorted(p.stem for p in SHIPPED_INSTANCES.glob("*.yaml")))
+            known = ", ".join(names(instances_folder()))
             raise InstanceError(
                 f"{name!r} is not a shipped instance; use one of {known} or a path to a YAML file"
             )

@@ -1,17 +1,17 @@
 """lambdadnn's solver: from a provisioning instance to the cheapest plan that meets its deadline."""
 
-from models.bounds import Bounds
-from models.noise import NoiseModel
-from solver.errors import (
+from lambdadnn.models.bounds import Bounds
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.solver.errors import (
     DerivationError,
     InstanceError,
     LambdaDnnError,
     NoValidPlanError,
     SolverError,
 )
-from solver.instance import Instance, load_instance
-from solver.pipeline import deadline_crossings, evaluate, solve
-from solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
+from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.pipeline import deadline_crossings, evaluate, solve
+from lambdadnn.solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
 
 __all__ = [
     "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",

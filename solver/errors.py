@@ -1,6 +1,6 @@
 """The solver's errors, all under the one root `LambdaDnnError`."""
 
-from models.errors import DerivationError, LambdaDnnError
+from lambdadnn.models.errors import DerivationError, LambdaDnnError
 
 __all__ = [
     "DerivationError", "InstanceError", "LambdaDnnError", "NoValidPlanError", "SolverError",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from solver.errors import InstanceError
-from solver.instance import load_instance
-from solver.pipeline import InstanceLike, solve
-from solver.plan import Plan
+from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.pipeline import InstanceLike, solve
+from lambdadnn.solver.plan import Plan
 
 
 def deadline_range(instance: InstanceLike) -> tuple[float, float]:

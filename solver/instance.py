@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import yaml
+from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.shipped import names, platforms_folder
 
-from solver.errors import InstanceError
-
-SHIPPED_PLATFORMS = Path(__file__).resolve().parent.parent / "instances" / "platforms"
 MAX_GRID_POINTS = 1_000_000
 MAX_CONCURRENCY = 1_000_000
 MAX_INTEGER = 10**12  # far beyond any real job; models.performance.BATCH_SLACK relies on it
@@ -367,7 +366,7 @@ def platform_path(name: str, search: Path | None = None) -> Path:
         raise InstanceError(
             f"`platform` must be a platform name such as `aws-lambda-x86_64`, got {name!r}"
         )
-    folders = ([search / "platforms", search] if search else []) + [SHIPPED_PLATFORMS]
+    folders = ([search / "platforms", search] if search else []) + [platforms_folder()]
     for folder in folders:
         candidate = folder / f"{name}.yaml"
         try:
@@ -375,7 +374,7 @@ def platform_path(name: str, search: Path | None = None) -> Path:
                 return candidate
         except (OSError, ValueError):  # a name too long, or with a NUL byte, is no platform
             continue
-    known = sorted(p.stem for p in SHIPPED_PLATFORMS.glob("*.yaml"))
+    known = names(platforms_folder())
     raise InstanceError(
         f"`platform` {name!r} is not a known platform; use one of {', '.join(known)} "
         "or give the platform inline as a mapping"

@@ -10,15 +10,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from models import bounds as model_bounds
-from models import performance as model
-from models.noise import NoiseModel, PlanningNoise, planning_noise
-from solver.candidates import PRUNE_RTOL, TIE_RTOL, canonical, enumerate_candidates, pareto
-from solver.errors import InstanceError, NoValidPlanError, SolverError
-from solver.instance import Instance, load_instance
-from solver.plan import CostBreakdown, Evaluation, Plan, PlanFigures, Status, TimeBreakdown
-from solver.selection import select
+from lambdadnn.models import bounds as model_bounds
+from lambdadnn.models import performance as model
+from lambdadnn.models.noise import NoiseModel, PlanningNoise, planning_noise
+from lambdadnn.solver.candidates import (
+    PRUNE_RTOL,
+    TIE_RTOL,
+    canonical,
+    enumerate_candidates,
+    pareto,
+)
+from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
+from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.plan import (
+    CostBreakdown,
+    Evaluation,
+    Plan,
+    PlanFigures,
+    Status,
+    TimeBreakdown,
+)
+from lambdadnn.solver.selection import select
 
 InstanceLike = Instance | Mapping[str, Any] | str | Path
 

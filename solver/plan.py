@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from models.bounds import Bounds
+from lambdadnn.models.bounds import Bounds
 
 Status = Literal["optimal", "infeasible"]
 

@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
-from solver.errors import SolverError
+from lambdadnn.solver.errors import SolverError
 
 # Pyomo's (APPSI) TerminationCondition names, mapped to ours; anything else is "unknown".
 _STATUS = {

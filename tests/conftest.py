@@ -31,7 +31,7 @@ def redis_url() -> Iterator[str]:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server); "
                     "install it or set REDIS_URL")
-    from launcher.local import redis_server
+    from lambdadnn.launcher.local import redis_server
 
     with redis_server() as started:
         yield started

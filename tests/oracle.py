@@ -26,8 +26,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-
-from solver.instance import Instance
+from lambdadnn.solver.instance import Instance
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-
-from launcher.aws import (
+from lambdadnn.launcher.aws import (
     FUNCTION_TIMEOUT_S,
     HANDLER,
     JOB_ENV,
@@ -38,7 +37,7 @@ from launcher.aws import (
     required_policy,
     run_aws,
 )
-from solver.errors import LambdaDnnError
+from lambdadnn.solver.errors import LambdaDnnError
 
 REGION = "us-east-1"
 REDIS_URL = "redis://ps.internal.example:6379/0"  # only ever written into the function's config

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from models.noise import NoiseModel
-from simulator import baselines
-from simulator.baselines import (
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator import baselines
+from lambdadnn.simulator.baselines import (
     POWER_TUNING_MEMORIES,
     STRATEGIES,
     StrategyPlan,
@@ -21,9 +20,9 @@ from simulator.baselines import (
     power_tuning,
     sample_search,
 )
-from simulator.engine import JobRun, simulate_job
-from simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
-from solver import Instance, evaluate, load_instance
+from lambdadnn.simulator.engine import JobRun, simulate_job
+from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
+from lambdadnn.solver import Instance, evaluate, load_instance
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = sorted((ROOT / "instances").glob("*.yaml"))

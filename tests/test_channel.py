@@ -9,9 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import redis
-
-from launcher import LaunchError
-from launcher.channel import BarrierTimeoutError, ChannelError, ParameterChannel
+from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.channel import BarrierTimeoutError, ChannelError, ParameterChannel
 
 SIZE = 50
 LR, MOMENTUM = 0.1, 0.9

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-
-from cli import main
-from solver import evaluate, solve
+from lambdadnn.cli import main
+from lambdadnn.solver import evaluate, solve
 
 MOBILENET = "instances/mobilenet-cifar10.yaml"
 

@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from cli import main
-from simulator.compare import STRATEGY_NAMES, compare, summarise
-from simulator.engine import simulate_job
-from simulator.pool import JobOutcome
-from simulator.trace import generate_trace, write_trace
-from solver import NoiseModel, load_instance, solve
+from lambdadnn.cli import main
+from lambdadnn.simulator.compare import STRATEGY_NAMES, compare, summarise
+from lambdadnn.simulator.engine import simulate_job
+from lambdadnn.simulator.pool import JobOutcome
+from lambdadnn.simulator.trace import generate_trace, write_trace
+from lambdadnn.solver import NoiseModel, load_instance, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))

@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import lambdadnn.launcher.aws
 import pytest
 from click.testing import CliRunner
-
-import launcher.aws
-from cli import main
-from solver import solve
+from lambdadnn.cli import main
+from lambdadnn.solver import solve
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 
@@ -77,7 +76,7 @@ def test_aws_backend_is_wired_to_the_channel(
                 "restarts": 0, "measured_time_s": 1.0, "predicted_time_s": plan["time_s"],
                 "final_loss": 0.1, "test_accuracy": 0.95}
 
-    monkeypatch.setattr(launcher.aws, "run_aws", fake_run_aws)
+    monkeypatch.setattr(lambdadnn.launcher.aws, "run_aws", fake_run_aws)
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
                          "--redis-url", redis_url, "--endpoint-url", "http://127.0.0.1:9",
                          "--json")

@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 import yaml
-
-from models.performance import evaluate
-from simulator.ldnn_alg1 import (
+from lambdadnn.models.performance import evaluate
+from lambdadnn.simulator.ldnn_alg1 import (
     Alg1Result,
     ldnn_alg1,
     memory_sizes,
     n_lower,
     n_upper,
 )
-from solver.instance import Instance, load_instance
+from lambdadnn.solver.instance import Instance, load_instance
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTANCE_PATHS = sorted((ROOT / "instances").glob("*.yaml"))

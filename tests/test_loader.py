@@ -19,9 +19,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lambdadnn.solver.errors import InstanceError, LambdaDnnError
+from lambdadnn.solver.instance import Instance, Limits, load_instance
 
-from solver.errors import InstanceError, LambdaDnnError
-from solver.instance import Instance, Limits, load_instance
 from tests.strategies import (
     arbitrary_mappings,
     instance_mappings,

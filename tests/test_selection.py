@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from solver.errors import SolverError
-from solver.selection import select
+from lambdadnn.solver.errors import SolverError
+from lambdadnn.solver.selection import select
 
 finite = st.floats(0.01, 1e4, allow_nan=False)
 

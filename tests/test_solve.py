@@ -12,8 +12,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from solver import (
+from lambdadnn.solver import (
     Instance,
     InstanceError,
     NoValidPlanError,
@@ -22,6 +21,7 @@ from solver import (
     load_instance,
     solve,
 )
+
 from tests.oracle import brute_force, grid
 from tests.strategies import instance_mappings
 

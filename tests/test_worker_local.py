@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 import redis
-
-from launcher import LaunchError
-from launcher.channel import ParameterChannel
-from launcher.local import LaunchReport, cap_cpu, run_local
+from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.channel import ParameterChannel
+from lambdadnn.launcher.local import LaunchReport, cap_cpu, run_local
 
 PLAN = {"functions": 2, "memory_mb": 1769, "local_batch": 32, "iterations": 300, "time_s": 60.0}
 
@@ -100,7 +99,7 @@ class _Clock:
 
 
 def test_handler_checkpoints_and_returns_before_its_deadline(redis_url: str) -> None:
-    from launcher.worker import handler
+    from lambdadnn.launcher.worker import handler
 
     job = f"test-{uuid.uuid4().hex[:8]}"
     event = {

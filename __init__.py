@@ -1,0 +1,60 @@
+"""lambdadnn: the cheapest serverless plan (functions × memory) that meets a training deadline.
+
+The public names are imported on first use (PEP 562), so `import lambdadnn` and the CLI's
+`--help` stay light: SymPy, Pyomo and torch load only when something needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lambdadnn.models.bounds import Bounds
+    from lambdadnn.models.errors import DerivationError, LambdaDnnError
+    from lambdadnn.models.noise import NoiseModel
+    from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
+    from lambdadnn.solver.instance import Instance, load_instance
+    from lambdadnn.solver.pipeline import deadline_crossings, evaluate, solve
+    from lambdadnn.solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
+
+__version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "Bounds": "lambdadnn.models.bounds",
+    "CostBreakdown": "lambdadnn.solver.plan",
+    "DerivationError": "lambdadnn.models.errors",
+    "Evaluation": "lambdadnn.solver.plan",
+    "Instance": "lambdadnn.solver.instance",
+    "InstanceError": "lambdadnn.solver.errors",
+    "LambdaDnnError": "lambdadnn.models.errors",
+    "NoValidPlanError": "lambdadnn.solver.errors",
+    "NoiseModel": "lambdadnn.models.noise",
+    "Plan": "lambdadnn.solver.plan",
+    "SolverError": "lambdadnn.solver.errors",
+    "TimeBreakdown": "lambdadnn.solver.plan",
+    "deadline_crossings": "lambdadnn.solver.pipeline",
+    "evaluate": "lambdadnn.solver.pipeline",
+    "load_instance": "lambdadnn.solver.instance",
+    "solve": "lambdadnn.solver.pipeline",
+}
+
+__all__ = [
+    "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",
+    "LambdaDnnError", "NoValidPlanError", "NoiseModel", "Plan", "SolverError", "TimeBreakdown",
+    "deadline_crossings", "evaluate", "load_instance", "solve",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lambdadnn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
