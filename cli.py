@@ -12,31 +12,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from lambdadnn.simulator.compare import (
-    DEFAULT_GUARANTEE,
-    STRATEGY_NAMES,
-    StrategyReport,
-    compare,
-)
-from lambdadnn.simulator.compare import plot as plot_comparison
-from lambdadnn.simulator.pool import DEFAULT_POOL_SIZE
-from lambdadnn.simulator.trace import generate_trace, read_trace
-from lambdadnn.solver import (
-    Evaluation,
-    InstanceError,
-    LambdaDnnError,
-    NoiseModel,
-    NoValidPlanError,
-    Plan,
-    deadline_crossings,
-    evaluate,
-    load_instance,
-    solve,
-)
-from lambdadnn.solver.frontier import deadline_range, frontier, plot
+from lambdadnn.models.errors import LambdaDnnError
+from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE, STRATEGY_NAMES
+from lambdadnn.solver.errors import InstanceError, NoValidPlanError
+
+# The library is imported inside each command, so `lambdadnn --help` loads neither numpy, SymPy,
+# Pyomo nor matplotlib; these names are for annotations only.
+if TYPE_CHECKING:
+    from lambdadnn.simulator.compare import StrategyReport
+    from lambdadnn.solver.plan import Evaluation, Plan
 
 EXIT_INFEASIBLE = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -159,6 +146,8 @@ def solve_command(
     guarantee: float | None,
 ) -> None:
     """Find the cheapest plan (functions × memory) that meets the deadline."""
+    from lambdadnn.solver.pipeline import solve
+
     plan = solve(instance, platform=platform, deadline_s=deadline, guarantee=guarantee)
     if as_json:
         _emit_json(plan.to_dict())
@@ -180,6 +169,9 @@ def evaluate_command(
     instance: Path, functions: int, memory: int, as_json: bool, platform: str | None
 ) -> None:
     """The model's time and cost for any plan, and why it is not feasible if it is not."""
+    from lambdadnn.solver.instance import load_instance
+    from lambdadnn.solver.pipeline import evaluate
+
     result = evaluate(load_instance(instance, platform=platform), functions=functions,
                       memory_mb=memory)
     if as_json:
@@ -205,6 +197,8 @@ def evaluate_command(
 @friendly
 def validate_command(instance: Path, platform: str | None) -> None:
     """Check an instance file; print a one-line summary or the first problem."""
+    from lambdadnn.solver.instance import load_instance
+
     loaded = load_instance(instance, platform=platform)
     grid = loaded.platform.memory
     click.echo(
@@ -221,6 +215,8 @@ def validate_command(instance: Path, platform: str | None) -> None:
 @friendly
 def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
     """The derived bounds on n and m, the share of the grid they keep, and how each was derived."""
+    from lambdadnn.solver.pipeline import deadline_crossings, solve
+
     plan = solve(instance, platform=platform)
     b = plan.bounds
     crossings = deadline_crossings(instance, memory_mb=b.m_max, platform=platform)
@@ -258,6 +254,9 @@ def frontier_command(
     plot_path: Path | None, as_json: bool, platform: str | None,
 ) -> None:
     """The cheapest plan for each deadline over a range (default: fastest time to 4× it)."""
+    from lambdadnn.solver.frontier import deadline_range, frontier, plot
+    from lambdadnn.solver.instance import load_instance
+
     loaded = load_instance(instance, platform=platform)
     if start is None or stop is None:
         fastest, latest = deadline_range(loaded)
@@ -352,6 +351,10 @@ def simulate_command(
     as_json: bool,
 ) -> None:
     """Replay a trace (CSV: submit_time_s,instance,epochs,deadline_s) with one strategy."""
+    from lambdadnn.models.noise import NoiseModel
+    from lambdadnn.simulator.compare import compare
+    from lambdadnn.simulator.trace import read_trace
+
     jobs = read_trace(trace)
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
     comparison = compare(jobs, [name], seed=seed, noise=noise, pool_size=pool_size,
@@ -382,6 +385,11 @@ def compare_command(
     guarantee: float, failure_rate: float, plots: Path | None, as_json: bool,
 ) -> None:
     """Every strategy on the same simulated jobs: deadlines met, cost, memory, accuracy."""
+    from lambdadnn.models.noise import NoiseModel
+    from lambdadnn.simulator.compare import compare
+    from lambdadnn.simulator.compare import plot as plot_comparison
+    from lambdadnn.simulator.trace import generate_trace, read_trace
+
     names = [name.strip() for name in strategies.split(",") if name.strip()]
     unknown = [name for name in names if name not in STRATEGY_NAMES]
     if unknown or not names:
@@ -412,6 +420,8 @@ PLAN_KEYS = ("functions", "memory_mb", "local_batch", "iterations", "time_s")
 
 def _plan_to_launch(source: Path, platform: str | None) -> dict[str, Any]:
     """A plan from `lambdadnn solve --json` output, or solved from an instance YAML."""
+    from lambdadnn.solver.pipeline import solve
+
     if source.suffix.lower() != ".json":
         plan = solve(source, platform=platform)
         if plan.status != "optimal":

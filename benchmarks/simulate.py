@@ -15,9 +15,10 @@ import json
 import sys
 import time
 
-from lambdadnn.simulator.compare import STRATEGY_NAMES, compare
+from lambdadnn import NoiseModel, evaluate
+from lambdadnn.simulator.compare import compare
+from lambdadnn.simulator.defaults import STRATEGY_NAMES
 from lambdadnn.simulator.trace import generate_trace
-from lambdadnn.solver import NoiseModel, evaluate
 
 TARGET_S = 60.0
 

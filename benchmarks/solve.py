@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lambdadnn import solve
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1
-from lambdadnn.solver import solve
 from lambdadnn.solver.errors import LambdaDnnError, NoValidPlanError
 from lambdadnn.solver.instance import Instance, load_instance
 

@@ -25,8 +25,9 @@ from lambdadnn.models import performance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
-from lambdadnn.solver import Instance, InstanceError, evaluate
-from lambdadnn.solver.instance import MemoryGrid
+from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.instance import Instance, MemoryGrid
+from lambdadnn.solver.pipeline import evaluate
 
 # AWS Lambda Power Tuning's usual sweep: its default powerValues plus today's larger sizes.
 POWER_TUNING_MEMORIES = (128, 256, 512, 1024, 1536, 2048, 3008, 4096, 6144, 8192, 10240)

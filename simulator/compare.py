@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.baselines import STRATEGIES, StrategyPlan
+from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE
 from lambdadnn.simulator.pool import JobOutcome, run_trace
 from lambdadnn.simulator.trace import Job
-from lambdadnn.solver import Instance, NoValidPlanError, solve
+from lambdadnn.solver.errors import NoValidPlanError
+from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.pipeline import solve
 
 Progress = Callable[[int, int], None]
 Planner = Callable[[Instance, np.random.Generator, NoiseModel], StrategyPlan]
-STRATEGY_NAMES = ("lambdadnn", *STRATEGIES)
-DEFAULT_GUARANTEE = 0.999
 
 
 def lambdadnn_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:

@@ -19,10 +19,10 @@ from typing import Literal
 import numpy as np
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.baselines import Strategy, StrategyPlan
+from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.trace import Job
 
-DEFAULT_POOL_SIZE = 50_000  # λDNN's simulation (paper, Sec. 6)
 _PLAN_STREAM, _RUN_STREAM = 0, 1
 
 Status = Literal["ok", "no-plan"]

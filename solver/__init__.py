@@ -1,20 +1,5 @@
-"""lambdadnn's solver: from a provisioning instance to the cheapest plan that meets its deadline."""
+"""From an instance to a verified plan: loading, bounds, candidates, selection, `solve()`.
 
-from lambdadnn.models.bounds import Bounds
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.solver.errors import (
-    DerivationError,
-    InstanceError,
-    LambdaDnnError,
-    NoValidPlanError,
-    SolverError,
-)
-from lambdadnn.solver.instance import Instance, load_instance
-from lambdadnn.solver.pipeline import deadline_crossings, evaluate, solve
-from lambdadnn.solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
-
-__all__ = [
-    "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",
-    "LambdaDnnError", "NoValidPlanError", "NoiseModel", "Plan", "SolverError", "TimeBreakdown",
-    "deadline_crossings", "evaluate", "load_instance", "solve",
-]
+The public names are re-exported by the top-level package (`from lambdadnn import solve`); this
+package imports nothing itself, so its light modules (errors, shipped data) load alone.
+"""

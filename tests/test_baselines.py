@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lambdadnn import Instance, evaluate, load_instance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator import baselines
 from lambdadnn.simulator.baselines import (
@@ -20,9 +21,9 @@ from lambdadnn.simulator.baselines import (
     power_tuning,
     sample_search,
 )
+from lambdadnn.simulator.defaults import BASELINE_NAMES, STRATEGY_NAMES
 from lambdadnn.simulator.engine import JobRun, simulate_job
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
-from lambdadnn.solver import Instance, evaluate, load_instance
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = sorted((ROOT / "instances").glob("*.yaml"))
@@ -87,7 +88,9 @@ def test_every_strategy_plans_validly(name: str, instance: Instance) -> None:
 
 
 def test_registry_names() -> None:
-    assert set(STRATEGIES) == {"naive", "ldnn-alg1", "power-tuning", "sample-search"}
+    """The CLI's light list of names (simulator.defaults) is the registry's, in order."""
+    assert tuple(STRATEGIES) == BASELINE_NAMES
+    assert ("lambdadnn", *STRATEGIES) == STRATEGY_NAMES
 
 
 @pytest.mark.parametrize("instance", INSTANCES[::2], ids=IDS[::2])

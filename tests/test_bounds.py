@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from lambdadnn import Instance, NoValidPlanError, deadline_crossings, load_instance, solve
 from lambdadnn.models.bounds import box
 from lambdadnn.models.performance import figures, parameter_values
-from lambdadnn.solver import Instance, NoValidPlanError, deadline_crossings, load_instance, solve
 
 from tests.oracle import brute_force
 from tests.strategies import instance_mappings

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from lambdadnn import evaluate, solve
 from lambdadnn.cli import main
-from lambdadnn.solver import evaluate, solve
 
 MOBILENET = "instances/mobilenet-cifar10.yaml"
 

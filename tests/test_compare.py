@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from lambdadnn import NoiseModel, load_instance, solve
 from lambdadnn.cli import main
-from lambdadnn.simulator.compare import STRATEGY_NAMES, compare, summarise
+from lambdadnn.simulator.compare import compare
+from lambdadnn.simulator.defaults import STRATEGY_NAMES, summarise
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.pool import JobOutcome
 from lambdadnn.simulator.trace import generate_trace, write_trace
-from lambdadnn.solver import NoiseModel, load_instance, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from lambdadnn import Instance, load_instance, solve
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.models.performance import evaluate
 from lambdadnn.simulator.engine import JobRun, push_phase_end, simulate_job
-from lambdadnn.solver import Instance, load_instance, solve
 
 SHIPPED = sorted(str(path) for path in Path("instances").glob("*.yaml"))
 # Plans beyond the optimal ones: few and many functions, restarts (mobilenet 8 × 512 MB runs

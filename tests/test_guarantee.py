@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lambdadnn import InstanceError, solve
 from lambdadnn.models.noise import NoiseModel, draw_factors, max_moments, planning_noise
-from lambdadnn.solver import InstanceError, solve
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))

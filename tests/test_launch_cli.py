@@ -9,8 +9,8 @@ from typing import Any
 import lambdadnn.launcher.aws
 import pytest
 from click.testing import CliRunner
+from lambdadnn import solve
 from lambdadnn.cli import main
-from lambdadnn.solver import solve
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import sympy as sp
+from lambdadnn import load_instance
 from lambdadnn.models import performance as model
 from lambdadnn.models.bounds import facts
-from lambdadnn.solver import load_instance
 
 MOBILENET = "instances/mobilenet-cifar10.yaml"
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lambdadnn import Instance, load_instance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator import pool
 from lambdadnn.simulator.baselines import STRATEGIES, Strategy, StrategyPlan
 from lambdadnn.simulator.engine import JobRun
 from lambdadnn.simulator.pool import JobOutcome, run_trace
 from lambdadnn.simulator.trace import Job, generate_trace
-from lambdadnn.solver import Instance, load_instance
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = load_instance(ROOT / "instances" / "mobilenet-cifar10.yaml")

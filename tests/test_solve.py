@@ -12,7 +12,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lambdadnn.solver import (
+from lambdadnn import (
     Instance,
     InstanceError,
     NoValidPlanError,

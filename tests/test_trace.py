@@ -7,8 +7,8 @@ import statistics
 from pathlib import Path
 
 import pytest
+from lambdadnn import InstanceError, load_instance
 from lambdadnn.simulator.trace import WORKLOADS, generate_trace, read_trace, write_trace
-from lambdadnn.solver import InstanceError, load_instance
 
 HEADER = "submit_time_s,instance,epochs,deadline_s\n"
 
