@@ -10,13 +10,18 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
 from lambdadnn.models.errors import LambdaDnnError
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE, STRATEGY_NAMES
+from lambdadnn.simulator.defaults import (
+    DEFAULT_GUARANTEE,
+    DEFAULT_POOL_SIZE,
+    MAX_JOBS,
+    STRATEGY_NAMES,
+)
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError
 
 # The library is imported inside each command, so `lambdadnn --help` loads neither numpy, SymPy,
@@ -36,7 +41,11 @@ platform_option = click.option(
 
 
 def friendly(command: F) -> F:
-    """Turn every deliberate error into one line on stderr and an exit code, never a traceback."""
+    """Turn every deliberate error into one line on stderr and an exit code, never a traceback.
+
+    Output that cannot be written (a full disk) is one line and exit 1 too; a reader that went
+    away (`| head -1`) is left to click, which exits quietly with 1.
+    """
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -48,12 +57,42 @@ def friendly(command: F) -> F:
         except LambdaDnnError as error:
             click.echo(f"error: {error}", err=True)
             sys.exit(1)
+        except OSError as error:
+            if isinstance(error, BrokenPipeError) or not _writing_output(error):
+                raise
+            click.echo(f"error: cannot write the output ({error.strerror or error}); free some "
+                       "space or redirect it elsewhere", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
 
+def _writing_output(error: OSError) -> bool:
+    """Whether `error` was raised by `click.echo`: every command writes its output through it."""
+    import traceback
+
+    return any(frame.f_code is click.echo.__code__
+               for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
+def _strict_json(value: Any) -> Any:
+    """`value` with every NaN or ±inf float replaced by None: JSON has no such numbers."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(item) for item in value]
+    return value
+
+
 def _emit_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+    """Strict JSON (RFC 8259): a figure that is not finite (the time of a plan whose rate is
+    0) is printed as null, never as NaN or Infinity, which JSON parsers reject."""
+    text = json.dumps(_strict_json(payload), indent=2, ensure_ascii=False, allow_nan=False)
+    click.echo(text)
 
 
 def _money(value: float) -> str:
@@ -90,6 +129,13 @@ def _breakdown_lines(result: Plan | Evaluation) -> list[str]:
     return lines
 
 
+def _chooser(plan: Plan) -> str:
+    """Who made the final choice: the enumeration when one plan was left, else HiGHS."""
+    if plan.selected_by == "highs":
+        return f"HiGHS chose among {plan.pareto_candidates} ({plan.solver_status})"
+    return "one plan left, so no HiGHS model was needed"
+
+
 def _plan_text(plan: Plan) -> str:
     restarts = _restarts(plan.restarts)
     margin = plan.margin_s
@@ -110,8 +156,8 @@ def _plan_text(plan: Plan) -> str:
         *_breakdown_lines(plan),
         f"  search     n ∈ [{b.n_min}, {b.n_max}], m ∈ [{b.m_min:,}, {b.m_max:,}] MB keeps "
         f"{b.share_kept:.2%} of the {b.grid_points:,}-plan grid; {plan.candidates_evaluated:,} "
-        f"plans evaluated ({b.share_evaluated:.3%}), {plan.pareto_candidates} to HiGHS "
-        f"({plan.solver_status}), {plan.solve_seconds * 1000:.1f} ms",
+        f"plans evaluated ({b.share_evaluated:.3%}), {_chooser(plan)}, "
+        f"{plan.solve_seconds * 1000:.1f} ms",
     ]
     return "\n".join(lines)
 
@@ -245,7 +291,7 @@ def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
 @click.option("--to", "stop", type=float, metavar="S", help="Last deadline, s.")
 @click.option("--points", type=click.IntRange(2, 200), default=12, show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also draw the frontier to this PNG.")
+              help="Also draw the frontier to this .png, .pdf or .svg (no suffix: .png).")
 @json_option
 @platform_option
 @friendly
@@ -255,21 +301,27 @@ def frontier_command(
 ) -> None:
     """The cheapest plan for each deadline over a range (default: fastest time to 4× it)."""
     from lambdadnn.solver.frontier import deadline_range, frontier, plot
-    from lambdadnn.solver.instance import load_instance
+    from lambdadnn.solver.frontier import plot_path as checked_plot_path
+    from lambdadnn.solver.instance import MAX_SECONDS, load_instance, positive_number
 
+    # Every option is checked before the first solve, so a bad one costs nothing.
+    target = None if plot_path is None else checked_plot_path(plot_path)
+    start = None if start is None else positive_number("--from", start, MAX_SECONDS)
+    stop = None if stop is None else positive_number("--to", stop, MAX_SECONDS)
     loaded = load_instance(instance, platform=platform)
     if start is None or stop is None:
         fastest, latest = deadline_range(loaded)
         start = fastest if start is None else start
         stop = latest if stop is None else stop
-    if not 0 < start < stop:
-        raise InstanceError(f"`--from` ({start:g}) must be positive and below `--to` ({stop:g})")
+    if not start < stop:
+        raise InstanceError(f"`--from` ({start:g}) must be below `--to` ({stop:g})")
     deadlines = [start + (stop - start) * i / (points - 1) for i in range(points)]
     plans = frontier(loaded, deadlines)
-    if plot_path is not None:
-        plot(plans, plot_path)
+    if target is not None:
+        target = plot(plans, target)
     if as_json:
-        _emit_json({"instance": loaded.name, "plans": [p.to_dict() for p in plans]})
+        _emit_json({"instance": loaded.name, "plans": [p.to_dict() for p in plans],
+                    "plot": None if target is None else str(target)})
         return
     lines = [f"{loaded.name}: cheapest plan per deadline",
              f"  {'deadline s':>12} {'status':>11} {'n':>5} {'memory MB':>10} {'time s':>10} "
@@ -279,8 +331,8 @@ def frontier_command(
             f"  {p.deadline_s:>12,.1f} {p.status:>11} {p.functions:>5} {p.memory_mb:>10,} "
             f"{p.time_s:>10,.1f} {p.cost_usd:>11.6f}"
         )
-    if plot_path is not None:
-        lines.append(f"  plot written to {plot_path}")
+    if target is not None:
+        lines.append(f"  plot written to {target}")
     click.echo("\n".join(lines))
 
 
@@ -294,6 +346,13 @@ def _report_table(reports: list[StrategyReport]) -> str:
             f"{r.mean_cost_usd:>10.4f}{r.exploration_cost_usd:>11.2f}{r.mean_memory_gb:>8.1f}"
             f"{r.gb_seconds:>14,.0f}{r.mean_abs_prediction_error_s:>14.1f}{r.seconds:>8.1f}"
         )
+    for r in reports:
+        if r.abandoned:
+            lines.append(
+                f"  note: {r.name}: {r.abandoned:,} job(s) abandoned at the simulator's limits "
+                "(stuck in crashes, or too long to simulate): counted as missed, paid for what "
+                "they ran"
+            )
     return "\n".join(lines)
 
 
@@ -320,13 +379,16 @@ def _progress_bars(enabled: bool) -> Callable[[str], Callable[[int, int], None]]
 
 
 noise_options = [
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of every draw."),
+    click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="Seed of every draw (an integer ≥ 0)."),
     click.option("--pool", "pool_size", type=click.IntRange(min=1), default=DEFAULT_POOL_SIZE,
                  show_default=True, help="Functions shared by all jobs."),
-    click.option("--guarantee", type=float, default=DEFAULT_GUARANTEE, show_default=True,
+    click.option("--guarantee", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                 default=DEFAULT_GUARANTEE, show_default=True,
                  help="lambdadnn plans to meet the deadline in this share of runs."),
-    click.option("--failure-rate", type=float, default=0.0, show_default=True,
-                 help="Function crashes per function-hour."),
+    click.option("--failure-rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                 help="Function crashes per function-hour (a job stuck in crashes is "
+                      "abandoned: see README)."),
 ]
 
 
@@ -362,14 +424,15 @@ def simulate_command(
     outcomes = comparison.outcomes[name]
     (report,) = comparison.reports()
     if as_json:
-        _emit_json({"strategy": report.to_dict(), "jobs": [asdict(o) for o in outcomes]})
+        _emit_json({"strategy": report.to_dict(), "jobs": [o.to_dict() for o in outcomes]})
         return
     click.echo(f"{len(jobs)} jobs from {trace}, strategy {name}, seed {seed}")
     click.echo(_report_table([report]))
 
 
 @main.command("compare")
-@click.option("--jobs", "job_count", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--jobs", "job_count", type=click.IntRange(1, MAX_JOBS), default=1000,
+              show_default=True,
               help="Jobs to generate (Poisson arrivals over the shipped workloads).")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
               help="Replay this trace instead of generating one.")
@@ -386,16 +449,14 @@ def compare_command(
 ) -> None:
     """Every strategy on the same simulated jobs: deadlines met, cost, memory, accuracy."""
     from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.compare import compare
+    from lambdadnn.simulator.compare import check_names, compare, plot_folder
     from lambdadnn.simulator.compare import plot as plot_comparison
     from lambdadnn.simulator.trace import generate_trace, read_trace
 
     names = [name.strip() for name in strategies.split(",") if name.strip()]
-    unknown = [name for name in names if name not in STRATEGY_NAMES]
-    if unknown or not names:
-        raise InstanceError(
-            f"`--strategies` has unknown names {unknown}; choose from {', '.join(STRATEGY_NAMES)}"
-        )
+    check_names(names, field="--strategies")
+    if plots is not None:
+        plot_folder(plots)  # before the simulation, which can take minutes
     jobs = read_trace(trace) if trace else generate_trace(job_count, seed=seed)
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
     comparison = compare(jobs, names, seed=seed, noise=noise, pool_size=pool_size,
@@ -415,44 +476,80 @@ def compare_command(
         click.echo(f"  plot written to {path}")
 
 
-PLAN_KEYS = ("functions", "memory_mb", "local_batch", "iterations", "time_s")
+# For annotations only: the launcher (and redis, numpy) load when `launch` runs.
+if TYPE_CHECKING:
+    from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
 
-def _plan_to_launch(source: Path, platform: str | None) -> dict[str, Any]:
-    """A plan from `lambdadnn solve --json` output, or solved from an instance YAML."""
-    from lambdadnn.solver.pipeline import solve
+def _plan_to_launch(source: Path, platform: str | None, force: bool) -> LaunchSpec:
+    """The spec of a plan from `lambdadnn solve --json` output, or of an instance solved first.
 
-    if source.suffix.lower() != ".json":
-        plan = solve(source, platform=platform)
-        if plan.status != "optimal":
-            click.echo(f"warning: {_infeasible_message(plan)}; launching the fastest plan",
-                       err=True)
-        return plan.to_dict()
-    try:
-        payload = json.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InstanceError(f"file `{source}` does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InstanceError(f"file `{source}` is not a plan in JSON: {error}") from None
-    if not isinstance(payload, dict):
-        raise InstanceError(f"file `{source}` must hold a JSON object (lambdadnn solve --json)")
-    for key in PLAN_KEYS:
-        value = payload.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    A plan that misses its deadline (status infeasible) is launched only with `--force`.
+    """
+    from lambdadnn.launcher.spec import LaunchSpec, read_plan
+    from lambdadnn.solver.inputs import brief
+
+    plan = None
+    if source.suffix.lower() == ".json":
+        if platform is not None:
             raise InstanceError(
-                f"`{key}` in `{source}` must be a positive number, got {value!r}; "
-                "write the plan with `lambdadnn solve X.yaml --json`"
+                "`--platform` applies to an instance YAML; a plan JSON runs on the platform it "
+                "was solved for (its `platform`): re-solve it with `--platform NAME`"
             )
-    return payload
+        spec = read_plan(source)
+    else:
+        from lambdadnn.solver.pipeline import solve
+
+        plan = solve(source, platform=platform)
+        spec = LaunchSpec.from_plan(plan)
+    if spec.status == "infeasible":
+        why = (_infeasible_message(plan) if plan is not None else
+               f"the plan in {brief(str(source), 80)} has `status` 'infeasible': it misses its "
+               "deadline")
+        if not force:
+            raise InstanceError(f"{why}; pass `--force` to launch it anyway")
+        click.echo(f"warning: {why}; launching it anyway (--force)", err=True)
+    return spec
 
 
-def _iteration_bar(enabled: bool, total: int) -> Any:
-    """A progress bar over iterations that may step back (a restore goes to the checkpoint)."""
-    if not enabled:
-        return None
-    bar = click.progressbar(length=total, label="training", file=sys.stderr)
-    bar.__enter__()
-    return bar
+class _IterationBar:
+    """A progress bar over iterations on stderr, drawn from the first report on (so an error
+    before training is the only line printed); it may step back (a restore)."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled, self.total = enabled, total
+        self.bar: Any = None
+
+    def update(self, iteration: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=self.total, label="training", file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(iteration - self.bar.pos)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def _launch_text(report: LaunchReport) -> str:
+    def shown(value: float | None, form: str) -> str:
+        return "n/a" if value is None else format(value, form)
+
+    return "\n".join([
+        f"launched on {report.backend}: {report.functions} functions × {report.memory_mb:,} MB "
+        f"({report.platform}, {report.architecture}) — {report.status}",
+        f"  iterations     {report.iterations:,} ({_restarts(report.restarts)}, "
+        f"{report.invocations} invocations; the plan predicted "
+        f"{_restarts(report.predicted_restarts)})",
+        f"  time           measured {_seconds(report.measured_time_s)}, the plan predicted "
+        f"{_seconds(report.predicted_time_s)} for its own workload",
+        f"  final loss     {shown(report.final_loss, '.4f')}",
+        f"  test accuracy  {shown(report.test_accuracy, '.2%')}",
+        f"  runs on        {report.runs_on}",
+    ])
 
 
 @main.command("launch")
@@ -473,6 +570,9 @@ def _iteration_bar(enabled: bool, total: int) -> Any:
 @click.option("--endpoint-url", help="Lambda endpoint (e.g. a moto server for testing).")
 @click.option("--dry-run", is_flag=True, help="List every AWS call without making it.")
 @click.option("--print-policy", is_flag=True, help="Print the IAM policy the AWS backend needs.")
+@click.option("--oversubscribe", is_flag=True,
+              help="Local: run a plan needing more vCPU (n·m/1769) than this machine has.")
+@click.option("--force", is_flag=True, help="Launch a plan that misses its deadline.")
 @platform_option
 @json_option
 @friendly
@@ -480,10 +580,16 @@ def launch_command(
     source: Path | None, backend: str, redis_url: str | None, timeout_s: float,
     checkpoint_every: int, seed: int, function_name: str, role_arn: str | None,
     layers: tuple[str, ...], image_uri: str | None, region: str, endpoint_url: str | None,
-    dry_run: bool, print_policy: bool, platform: str | None, as_json: bool,
+    dry_run: bool, print_policy: bool, oversubscribe: bool, force: bool,
+    platform: str | None, as_json: bool,
 ) -> None:
-    """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first)."""
-    from lambdadnn.launcher import aws
+    """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
+
+    Locally at most 64 functions, within this machine's CPUs (see --oversubscribe).
+    """
+    import math
+
+    from lambdadnn.launcher import aws, require_extras
 
     if print_policy:
         target = None
@@ -493,78 +599,84 @@ def launch_command(
         return
     if source is None:
         raise InstanceError("`SOURCE` is missing: give a plan JSON or an instance YAML")
-    plan = _plan_to_launch(source, platform)
-    settings = {"checkpoint_every": checkpoint_every, "seed": seed}
+    if not math.isfinite(timeout_s):
+        raise InstanceError(f"`--timeout-s` must be a finite number of seconds ≥ 1, got "
+                            f"{timeout_s}; Lambda's limit is 900")
+    target = None
     if backend == "aws":
         if not role_arn:
             raise InstanceError("`--role-arn` is needed for the aws backend (see --print-policy)")
         target = aws.AwsTarget(function_name, role_arn, layers, image_uri, region)
-        job = f"aws-{seed}-{int(plan['functions'])}x{int(plan['memory_mb'])}"
+    elif dry_run:
+        raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
+    require_extras(backend)
+    from lambdadnn.launcher.channel import redis_client
+
+    spec = _plan_to_launch(source, platform, force)
+    settings = {"checkpoint_every": checkpoint_every, "seed": seed}
+    if target is not None:
+        job = f"aws-{seed}-{spec.functions}x{spec.memory_mb}"
         if dry_run:
-            calls = aws.dry_run(plan, target, redis_url=redis_url or "redis://REDIS-HOST:6379/0",
-                                job=job, worker_settings=settings)
+            url = redis_url or "redis://REDIS-HOST:6379/0"
+            redis_client(url, option="--redis-url", ping=False).close()
+            calls = aws.dry_run(spec, target, redis_url=url, job=job, worker_settings=settings)
             _emit_json([{"operation": c.operation, "params": c.params} for c in calls])
             return
         if not redis_url:
             raise InstanceError("`--redis-url` is needed for the aws backend: a Redis that the "
                                 "Lambda functions can reach (not 127.0.0.1)")
-        report = _launch_aws(plan, target, redis_url, job, settings, endpoint_url, as_json)
+        report = _launch_aws(spec, target, redis_url, job, settings, endpoint_url, as_json)
     else:
-        if dry_run:
-            raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
-        from lambdadnn.launcher.local import run_local
+        from lambdadnn.launcher.local import Interrupted, run_local
 
-        bar = _iteration_bar(not as_json, int(-(-float(plan["iterations"]) // 1)))
+        if redis_url is not None:
+            redis_client(redis_url, option="--redis-url").close()
+        bar = _IterationBar(not as_json, spec.iterations)
         try:
-            result = run_local(
-                plan, redis_url=redis_url, timeout_s=timeout_s, seed=seed,
-                checkpoint_every=checkpoint_every,
-                progress=(lambda i, _total: bar.update(i - bar.pos)) if bar else None,
+            report = run_local(
+                spec, redis_url=redis_url, timeout_s=timeout_s, seed=seed,
+                checkpoint_every=checkpoint_every, oversubscribe=oversubscribe,
+                warn=lambda line: click.echo(f"warning: {line}", err=True),
+                progress=lambda iteration, _total: bar.update(iteration),
             )
+        except Interrupted as stop:  # the shell's convention: 128 + the signal's number
+            bar.close()
+            click.echo(f"error: {stop}", err=True)
+            sys.exit(128 + stop.signum)
         finally:
-            if bar:
-                bar.__exit__(None, None, None)
-        report = result.to_dict()
+            bar.close()
     if as_json:
-        _emit_json(report)
+        _emit_json(report.to_dict())
         return
-    click.echo("\n".join([
-        f"launched on {report['backend']}: {int(plan['functions'])} functions × "
-        f"{int(plan['memory_mb']):,} MB — {report['status']}",
-        f"  iterations     {report['iterations']:,} ({report['restarts']} restarts)",
-        f"  time           measured {_seconds(report['measured_time_s'])}, the plan predicted "
-        f"{_seconds(report['predicted_time_s'])} for its own workload",
-        f"  final loss     {report.get('final_loss', float('nan')):.4f}",
-        f"  test accuracy  {report.get('test_accuracy', float('nan')):.2%}",
-        *([f"  CPU            {report['cpu_limit']}"] if "cpu_limit" in report else []),
-    ]))
+    click.echo(_launch_text(report))
 
 
 def _launch_aws(
-    plan: dict[str, Any], target: Any, redis_url: str, job: str, settings: dict[str, Any],
+    spec: LaunchSpec, target: Any, redis_url: str, job: str, settings: dict[str, Any],
     endpoint_url: str | None, quiet: bool,
-) -> dict[str, Any]:
+) -> LaunchReport:
     import redis
+
     from lambdadnn.launcher import aws
-    from lambdadnn.launcher.channel import ParameterChannel
+    from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
 
     client = aws.lambda_client(target.region, endpoint_url=endpoint_url)
-    channel = ParameterChannel(redis.Redis.from_url(redis_url), job,
-                               workers=int(plan["functions"]))
-    total = int(-(-float(plan["iterations"]) // 1))
-    bar = _iteration_bar(not quiet, total)
+    channel = ParameterChannel(redis_client(redis_url, option="--redis-url"), job,
+                               workers=spec.functions)
+    bar = _IterationBar(not quiet, spec.iterations)
     try:
-        return aws.run_aws(
-            plan, client, target, redis_url=redis_url, job=job, worker_settings=settings,
-            channel_progress=channel.progress, channel_result=channel.result,
-            record_restart=channel.record_restart,
-            on_progress=(lambda p: bar.update(int(p.get("iteration", 0)) - bar.pos))
-            if bar else None,
-        )
-    finally:
-        if bar:
-            bar.__exit__(None, None, None)
-        channel.cleanup()
+        try:
+            return aws.run_aws(
+                spec, client, target, redis_url=redis_url, job=job, worker_settings=settings,
+                channel_progress=channel.progress, channel_result=channel.result,
+                record_restart=channel.record_restart,
+                on_progress=lambda progress: bar.update(int(progress.get("iteration", 0))),
+            )
+        finally:
+            bar.close()
+            channel.cleanup()
+    except redis.RedisError as error:
+        raise channel_failed(redis_url, error) from None
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 A plan runs on Lambda as `n` copies of one function (`MemorySize = m`, `Timeout = 900`),
 invoked asynchronously with ranks 0..n-1; the workers talk to each other only through the
 Redis parameter channel (`launcher/channel.py`), whose URL the function finds in its
-environment. The function is deployed from a zip of this repository's code (heavy
+environment. The function is deployed from a zip of the installed `lambdadnn` package's code (heavy
 dependencies — torch, scikit-learn, redis — come from a Lambda layer) or from a container
-image holding everything.
+image holding everything. Its architecture is the plan's (`LaunchSpec.architecture`): a plan
+priced for `aws-lambda-arm64` runs on Graviton.
 
 The boto3 client is always passed in, never built at import time, so that tests can point it
 at a moto server, and `--dry-run` can hand over a `DryRunClient` that records every call
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import random
 import time
 import zipfile
@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import lambdadnn
 from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
 __all__ = [
     "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "POLICY_ACTIONS", "REDIS_URL_ENV", "RUNTIME",
-    "WORKER_DEFAULTS", "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call", "DryRunClient",
-    "Followed", "dry_run", "lambda_client", "package_worker", "required_policy", "run_aws",
-    "worker_event",
+    "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call", "DryRunClient", "Followed",
+    "dry_run", "lambda_client", "package_worker", "required_policy", "run_aws",
 ]
 
 HANDLER = "lambdadnn.launcher.worker.handler"
@@ -41,22 +42,10 @@ FUNCTION_TIMEOUT_S = 900
 REDIS_URL_ENV = "LAMBDADNN_REDIS_URL"
 JOB_ENV = "LAMBDADNN_JOB"
 
-MEMORY_RANGE_MB = (128, 10_240)
 ASYNC_PAYLOAD_LIMIT_BYTES = 1_048_576  # Lambda's limit for one asynchronous invocation
-REPO_ROOT = Path(__file__).resolve().parent.parent
-# The worker imports `launcher`; `launcher` may import the solver's plan objects and errors,
-# which import `models`: all three are pure Python and ship together (about 200 kB).
-WORKER_PACKAGES = ("launcher", "solver", "models")
-
-# Settings every worker event carries unless the caller overrides them; `timeout_margin_s`
-# matches the platform catalogues (`timeout_margin_s: 30`) so the checkpoint lands before
-# Lambda's 900 s timeout kills the invocation.
-WORKER_DEFAULTS: dict[str, Any] = {
-    "checkpoint_every": 10,
-    "timeout_margin_s": 30.0,
-    "seed": 0,
-    "lr": 0.05,
-}
+# The worker imports `lambdadnn.launcher`, which imports the error root in `models` (and its
+# spec module the solver's input helpers): all pure Python, shipped together (about 200 kB).
+WORKER_PACKAGES = ("launcher", "models", "solver")
 
 # Error codes that mean "try again later": throttling and Lambda's own transient faults.
 RETRYABLE_CODES = frozenset({
@@ -123,7 +112,6 @@ class AwsTarget:
     layers: tuple[str, ...] = ()
     image_uri: str | None = None
     region: str = "us-east-1"
-    architecture: str = "x86_64"
 
     def __post_init__(self) -> None:
         if not self.function_name:
@@ -137,10 +125,6 @@ class AwsTarget:
             raise AwsLaunchError(
                 "an image function takes no layers: put the dependencies in the image, or "
                 "drop image_uri and deploy the zip with the layers"
-            )
-        if self.architecture not in ("x86_64", "arm64"):
-            raise AwsLaunchError(
-                f"architecture {self.architecture!r} is not one of Lambda's: x86_64 or arm64"
             )
 
     @property
@@ -240,28 +224,40 @@ def lambda_client(region: str, *, endpoint_url: str | None = None, **client_kwar
     )
 
 
+def package_root() -> Path:
+    """The folder `lambdadnn` was imported from: a checkout, an editable or a wheel install."""
+    return Path(lambdadnn.__file__).resolve().parent
+
+
 def _source_files(root: Path, packages: tuple[str, ...]) -> Iterator[Path]:
+    yield root / "__init__.py"  # `lambdadnn` itself: the handler is lambdadnn.launcher.worker
     for package in packages:
         yield from sorted((root / package).rglob("*.py"))
 
 
-def package_worker(root: Path = REPO_ROOT, packages: tuple[str, ...] = WORKER_PACKAGES) -> bytes:
-    """A zip of the worker's code with the handler at `launcher.worker.handler`.
+def package_worker(
+    root: Path | None = None, packages: tuple[str, ...] = WORKER_PACKAGES
+) -> bytes:
+    """A zip of the worker's code laid out as `lambdadnn/...`, for the handler `HANDLER`.
 
-    Only sources go in (no caches), with fixed timestamps and order: the same code gives the
-    same bytes, so Lambda's CodeSha256 changes only when the code does.
+    `root` is the package folder (default: the one `lambdadnn` was imported from, so it works
+    from an installed package too). Only sources go in (no caches), with fixed timestamps and
+    order: the same code gives the same bytes, so Lambda's CodeSha256 changes only when the
+    code does.
     """
+    root = package_root() if root is None else root
     if not (root / "launcher" / "worker.py").is_file():
         raise AwsLaunchError(
             f"{root / 'launcher' / 'worker.py'} is missing: the function would have no handler "
-            f"{HANDLER!r}; run from a complete lambdadnn checkout"
+            f"{HANDLER!r}; reinstall lambdadnn"
         )
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in _source_files(root, packages):
             if "__pycache__" in path.parts:
                 continue
-            info = zipfile.ZipInfo(path.relative_to(root).as_posix(), (1980, 1, 1, 0, 0, 0))
+            name = f"lambdadnn/{path.relative_to(root).as_posix()}"
+            info = zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16  # readable by Lambda's unprivileged user
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, path.read_bytes())
@@ -394,27 +390,20 @@ class AwsLauncher:
             return {"ImageUri": self.target.image_uri}
         return {"ZipFile": package_worker()}
 
-    def deploy(self, memory_mb: int, workers: int, redis_url: str, job: str) -> None:
+    def deploy(self, spec: LaunchSpec, redis_url: str, job: str) -> None:
         """Create the function (or bring an existing one up to date) and reserve `n` slots.
 
-        Reserved concurrency `n` guarantees the BSP barrier can be reached: all `n` ranks can
-        run at once, and no other function of the account can take their slots.
+        Memory and architecture are the spec's (checked within Lambda's range when it was
+        built). Reserved concurrency `n` guarantees the BSP barrier can be reached: all `n`
+        ranks can run at once, and no other function of the account can take their slots.
         """
-        low, high = MEMORY_RANGE_MB
-        if not (isinstance(memory_mb, int) and low <= memory_mb <= high):
-            raise AwsLaunchError(
-                f"memory {memory_mb!r} MB is outside Lambda's {low}–{high} MB: solve the plan "
-                "against an AWS platform catalogue"
-            )
-        if not (isinstance(workers, int) and workers >= 1):
-            raise AwsLaunchError(f"workers must be a positive integer, not {workers!r}")
-        config = self._configuration(memory_mb, redis_url, job)
+        config = self._configuration(spec.memory_mb, redis_url, job)
         code = self._code()
         package_type = "Image" if self.target.image_uri is not None else "Zip"
         try:
             self._call(
                 "create_function", **config, Code=code, PackageType=package_type,
-                Architectures=[self.target.architecture],
+                Architectures=[spec.architecture],
             )
             self._created_function = True
         except AwsLaunchError as exc:
@@ -427,7 +416,7 @@ class AwsLauncher:
             self._wait_ready()
             self._call(
                 "update_function_code", FunctionName=self.target.function_name, **code,
-                Architectures=[self.target.architecture],
+                Architectures=[spec.architecture],
             )
         self._wait_ready()
         # Lambda retries a failed asynchronous invocation twice by itself; a retried rank
@@ -439,7 +428,7 @@ class AwsLauncher:
         )
         self._call(
             "put_function_concurrency", FunctionName=self.target.function_name,
-            ReservedConcurrentExecutions=workers,
+            ReservedConcurrentExecutions=spec.functions,
         )
         self._reserved_concurrency = True
 
@@ -571,37 +560,8 @@ class AwsLauncher:
             raise failures[0]
 
 
-def _plan_value(plan: Mapping[str, Any], key: str) -> Any:
-    if key not in plan:
-        raise AwsLaunchError(
-            f"the plan has no {key!r}: pass the output of `lambdadnn solve --json`"
-        )
-    return plan[key]
-
-
-def worker_event(
-    plan: Mapping[str, Any], *, job: str, redis_url: str,
-    worker_settings: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The event every rank receives (its `rank` is added per invocation).
-
-    Iterations and local batch come from the plan; the rest from `WORKER_DEFAULTS`, and
-    `worker_settings` overrides any of them (the local backend passes the same ones).
-    """
-    event: dict[str, Any] = {
-        **WORKER_DEFAULTS,
-        "job": job,
-        "redis_url": redis_url,
-        "workers": int(_plan_value(plan, "functions")),
-        "iterations": math.ceil(float(_plan_value(plan, "iterations"))),
-        "local_batch": max(1, round(float(_plan_value(plan, "local_batch")))),
-    }
-    event.update(worker_settings or {})
-    return event
-
-
 def run_aws(
-    plan: Mapping[str, Any],
+    spec: LaunchSpec,
     client: Any,
     target: AwsTarget,
     *,
@@ -617,36 +577,30 @@ def run_aws(
     on_progress: Callable[[Mapping[str, Any]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> LaunchReport:
     """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always).
 
     The Redis channel at `redis_url` must be reachable from Lambda (a Redis next to the
     parameter server, not 127.0.0.1). `max_restarts` defaults to three times the rounds the
     plan predicts, so a job far slower than planned stops instead of running up a bill.
     `record_restart` (the channel's) is called before each re-invocation round, so the
-    channel's own restart count agrees with the report's. The report has status,
-    iterations, restarts, invocations, measured_time_s (from the first invocation to `done`)
-    and predicted_time_s (the plan's time_s), plus whatever `channel_result` returns (final
-    loss, test accuracy).
+    channel's own restart count agrees with the report's. `measured_time_s` runs from the
+    first invocation to `done`; final loss and test accuracy come from `channel_result`.
     """
-    workers = int(_plan_value(plan, "functions"))
-    memory_mb = int(_plan_value(plan, "memory_mb"))
-    predicted_time_s = float(_plan_value(plan, "time_s"))
-    planned_restarts = int(plan.get("restarts", 0))
     if max_restarts is None:
-        max_restarts = 3 * (planned_restarts + 1)
-    event = worker_event(plan, job=job, redis_url=redis_url, worker_settings=worker_settings)
+        max_restarts = 3 * (spec.restarts + 1)
+    event = spec.worker_event(job=job, redis_url=redis_url, settings=worker_settings)
     launcher = AwsLauncher(client, target, sleep=sleep, clock=clock)
 
     def reinvoke() -> None:
         if record_restart is not None:
             record_restart()
-        launcher.invoke_all(event, workers)
+        launcher.invoke_all(event, spec.functions)
 
     try:
-        launcher.deploy(memory_mb, workers, redis_url, job)
+        launcher.deploy(spec, redis_url, job)
         started = clock()
-        launcher.invoke_all(event, workers)
+        launcher.invoke_all(event, spec.functions)
         followed = launcher.follow(
             channel_progress, reinvoke=reinvoke,
             poll_s=poll_s, quiet_s=quiet_s, max_restarts=max_restarts, on_progress=on_progress,
@@ -654,25 +608,16 @@ def run_aws(
         measured_time_s = clock() - started
     finally:
         launcher.cleanup()
-    report: dict[str, Any] = dict((channel_result() if channel_result else None) or {})
-    report.update(
-        status="done",
-        backend="aws",
-        function_name=target.function_name,
-        functions=workers,
-        memory_mb=memory_mb,
-        iterations=followed.progress.get("iteration", event["iterations"]),
-        restarts=followed.restarts,
-        predicted_restarts=planned_restarts,
-        invocations=workers * (followed.restarts + 1),
-        measured_time_s=measured_time_s,
-        predicted_time_s=predicted_time_s,
+    return LaunchReport.of(
+        spec, backend="aws", iterations=int(followed.progress.get("iteration", spec.iterations)),
+        restarts=followed.restarts, measured_time_s=measured_time_s,
+        result=channel_result() if channel_result else None,
+        runs_on=f"function {target.function_name} ({spec.architecture}) in {target.region}",
     )
-    return report
 
 
 def dry_run(
-    plan: Mapping[str, Any],
+    spec: LaunchSpec,
     target: AwsTarget,
     *,
     redis_url: str,
@@ -686,7 +631,7 @@ def dry_run(
     """
     client = DryRunClient()
     run_aws(
-        plan, client, target, redis_url=redis_url, job=job, worker_settings=worker_settings,
+        spec, client, target, redis_url=redis_url, job=job, worker_settings=worker_settings,
         channel_progress=lambda: {"done": True}, sleep=lambda _seconds: None,
     )
     return client.calls

@@ -36,10 +36,16 @@ from typing import Any
 
 import numpy as np
 import redis
-from lambdadnn.launcher import LaunchError
 from redis.client import Pipeline
 
-__all__ = ["BarrierTimeoutError", "ChannelError", "ParameterChannel"]
+from lambdadnn.launcher import LaunchError
+from lambdadnn.solver.inputs import brief
+
+__all__ = [
+    "BarrierTimeoutError", "ChannelError", "ParameterChannel", "channel_failed", "redis_client",
+]
+
+_CONNECT_TIMEOUT_S = 5.0
 
 _DTYPE = np.float32
 
@@ -99,6 +105,39 @@ def _raw(reply: object) -> bytes | None:
     raise ChannelError(
         f"the Redis client returned {type(reply).__name__}, not bytes: "
         "create it without decode_responses"
+    )
+
+
+def redis_client(url: str, *, option: str = "redis_url", ping: bool = True) -> redis.Redis:
+    """A client for the channel at `url`, checked before any launch step depends on it.
+
+    An unparsable URL, or (with `ping`) one where no Redis answers within a few seconds, is
+    one `LaunchError` line naming `option` (the CLI passes `--redis-url`).
+    """
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=_CONNECT_TIMEOUT_S)
+    except ValueError as error:
+        raise LaunchError(
+            f"`{option}` {brief(url)} is not a Redis URL ({brief(str(error), 80)}); "
+            "give one like redis://HOST:6379/0"
+        ) from None
+    if ping:
+        try:
+            client.ping()
+        except redis.RedisError as error:
+            client.close()
+            raise LaunchError(
+                f"`{option}` {brief(url)}: no Redis answers there ({brief(str(error), 80)}); "
+                "start one or fix the URL"
+            ) from None
+    return client
+
+
+def channel_failed(url: str, error: redis.RedisError) -> LaunchError:
+    """The one line for a Redis that fails while a launch depends on it."""
+    return LaunchError(
+        f"the parameter channel at {brief(url)} failed ({brief(str(error), 80)}); check that "
+        "Redis stays up during the run"
     )
 
 

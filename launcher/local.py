@@ -6,11 +6,19 @@ torch (the init phase, not on the clock), joins its CPU cgroup, then runs
 A round ends when every worker has returned; if any of them timed out, crashed or was killed,
 the survivors are stopped (they would wait at the barrier for it), the channel is restored to
 its last checkpoint and all `n` are launched again, until the last iteration is done.
+
+Nothing outlives a run: while it runs, SIGINT, SIGTERM and SIGHUP all become a
+KeyboardInterrupt at the next poll (never in the middle of starting or stopping a process), so
+the same clean-up stops the workers, the redis-server it started and removes the cgroups.
+Workers and redis-server run in sessions of their own (a terminal's Ctrl-C reaches only the
+launcher, which stops them in order) and are killed by the kernel if the launcher dies first.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import json
 import math
 import os
@@ -20,48 +28,125 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any
 
 import redis
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.channel import ParameterChannel
 
-__all__ = ["LaunchReport", "redis_server", "run_local"]
+import lambdadnn
+from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.solver.inputs import brief
+
+__all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "available_cpus", "check_capacity", "redis_server",
+           "run_local"]
 
 MB_PER_VCPU = 1769  # AWS Lambda: 1,769 MB of memory buy one vCPU
+MAX_LOCAL_FUNCTIONS = 64  # one torch process each: more would exhaust a machine's processes
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CPU_PERIOD_US = 100_000
 _INIT_TIMEOUT_S = 120.0  # a worker that cannot even import torch in this long is hung
 _STALL_LIMIT = 3  # relaunches in a row that resume from no later checkpoint: give up
 _POLL_S = 0.1
-_SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)  # where `launcher` imports from
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up before any fork: a child between fork and exec must not load libraries.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-@dataclass(frozen=True)
-class LaunchReport:
-    """What running a plan measured, beside what the model predicted for it."""
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
-    status: str
-    backend: str
-    workers: int
-    memory_mb: int
-    iterations: int
-    restarts: int
-    measured_time_s: float
-    predicted_time_s: float
-    final_loss: float
-    test_accuracy: float
-    cpu_limit: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+def check_capacity(spec: LaunchSpec, *, oversubscribe: bool = False) -> str | None:
+    """Refuse a plan this machine cannot hold; the warning to show if it is oversubscribed.
+
+    At most `MAX_LOCAL_FUNCTIONS` workers, and n·m/1769 vCPU within `available_cpus()`
+    unless `oversubscribe` (then the workers get less CPU than on Lambda, and the returned
+    line says so).
+    """
+    if spec.functions > MAX_LOCAL_FUNCTIONS:
+        raise LaunchError(
+            f"`functions` {spec.functions:,} is more than the local backend runs (at most "
+            f"{MAX_LOCAL_FUNCTIONS} worker processes); run it with `--backend aws`, or re-solve "
+            f"with `limits.max_functions: {MAX_LOCAL_FUNCTIONS}`"
+        )
+    vcpu = spec.functions * spec.memory_mb / MB_PER_VCPU
+    cpus = available_cpus()
+    if vcpu <= cpus:
+        return None
+    need = (f"the plan needs {spec.functions} × {spec.memory_mb:,} MB / {MB_PER_VCPU} = "
+            f"{vcpu:.2f} vCPU, more than the {cpus} CPUs this process may use")
+    if not oversubscribe:
+        raise LaunchError(
+            f"{need}; pass `--oversubscribe` (oversubscribe=True) to run it with less CPU than "
+            "Lambda would give, or run it with `--backend aws`"
+        )
+    return f"{need}: running oversubscribed, so slower than on Lambda"
+
+
+def _die_with(parent: int) -> None:
+    """In a child: have the kernel SIGKILL it when `parent` dies (even by SIGKILL)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request was in place
+        os._exit(1)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A launch stopped by SIGINT, SIGTERM or SIGHUP, raised once everything is cleaned up."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(
+            f"launch stopped by {signal.Signals(signum).name}; it left no process or cgroup behind"
+        )
+
+
+class _StopSignals:
+    """SIGINT, SIGTERM and SIGHUP as one KeyboardInterrupt, raised only where `check` is called.
+
+    The handlers just note the signal, so no start or stop of a process or cgroup is ever cut
+    in half; the old handlers come back on exit. Outside the main thread (where Python
+    allows no handlers) it only checks, and the signals keep their own behaviour.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise Interrupted(self.received)
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for number in _STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._note)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
 
 
 def _free_port() -> int:
@@ -84,7 +169,8 @@ def redis_server(*, startup_timeout_s: float = 10.0) -> Iterator[str]:
         process = subprocess.Popen(
             [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=functools.partial(_die_with, os.getpid()),
         )
         try:
             if _wait_for_redis(process, port, startup_timeout_s):
@@ -213,8 +299,10 @@ def _worker_main() -> None:
 
     Reads `{"event", "timeout_s", "procs_file"}` as JSON on stdin and reports JSON lines
     (`started` with its deadline, then `result` or `error`) on the file descriptor in argv[1],
-    so whatever the libraries print on stdout cannot garble them.
+    so whatever the libraries print on stdout cannot garble them; argv[2] is the launcher's
+    pid, whose death kills the worker.
     """
+    _die_with(int(sys.argv[2]))
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     job = json.load(sys.stdin)
     from lambdadnn.launcher.worker import handler  # torch: only ever imported in worker processes
@@ -245,27 +333,32 @@ class _Invocation:
 
     @classmethod
     def start(cls, event: dict[str, Any], timeout_s: float, procs_file: str | None) -> _Invocation:
+        """Start one worker in a session of its own, so that `close` can kill all of it."""
         read, write = os.pipe()
         os.set_blocking(read, False)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
         try:
             process = subprocess.Popen(
                 [sys.executable, "-c",
-                 "from lambdadnn.launcher.local import _worker_main; _worker_main()", str(write)],
-                stdin=subprocess.PIPE, pass_fds=(write,), env=env,
+                 "from lambdadnn.launcher.local import _worker_main; _worker_main()",
+                 str(write), str(os.getpid())],
+                stdin=subprocess.PIPE, pass_fds=(write,), env=_worker_environment(),
+                start_new_session=True,
             )
-        except OSError:
+        except BaseException:
             os.close(read)
             raise
         finally:
             os.close(write)
+        invocation = cls(int(event["rank"]), process, read, time.monotonic())
         assert process.stdin is not None
-        process.stdin.write(json.dumps(
-            {"event": event, "timeout_s": timeout_s, "procs_file": procs_file}
-        ).encode())
-        process.stdin.close()
-        return cls(int(event["rank"]), process, read, time.monotonic())
+        try:
+            process.stdin.write(json.dumps(
+                {"event": event, "timeout_s": timeout_s, "procs_file": procs_file}
+            ).encode())
+            process.stdin.close()
+        except OSError:  # it died at once: `settle` reports its exit
+            pass
+        return invocation
 
     def drain(self) -> None:
         """Read whatever the worker has reported so far."""
@@ -284,8 +377,9 @@ class _Invocation:
                 self.deadline = float(message["started"])
             elif "result" in message:
                 self.result = message["result"]
-            else:
-                self.failure = f"rank {self.rank} raised:\n{message['error']}"
+            else:  # the traceback's last line, "Kind: message", is the gist
+                trace = [text for text in str(message["error"]).splitlines() if text.strip()]
+                self.failure = f"rank {self.rank} raised {brief(trace[-1] if trace else '', 120)}"
 
     def settle(self, now: float, timeout_s: float) -> bool:
         """Note an exit or an overrun (killing it, as Lambda would); True once it is over."""
@@ -307,26 +401,47 @@ class _Invocation:
         return True
 
     def close(self) -> None:
+        """Kill the worker's session if it still runs, reap it, close its pipe (idempotent)."""
         if self.process.poll() is None:
-            self.process.kill()
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
-        os.close(self.reports)
+        if self.reports >= 0:
+            os.close(self.reports)
+            self.reports = -1
+
+
+def _worker_environment() -> dict[str, str]:
+    """The launcher's environment, with the folder `lambdadnn` was imported from on the path.
+
+    A worker is a fresh interpreter: a `lambdadnn` found through the launcher's own
+    `sys.path` must be found by the worker too. An editable install (whose package folder has
+    another name) is found by the same interpreter's import hook, which needs nothing.
+    """
+    env = dict(os.environ)
+    package = Path(lambdadnn.__file__).resolve().parent
+    if package.name == "lambdadnn":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package.parent),
+                                                          env.get("PYTHONPATH")]))
+    return env
 
 
 def _round(
     event: dict[str, Any], cap: CpuCap, timeout_s: float, channel: ParameterChannel,
-    on_iteration: Callable[[int], None],
+    on_iteration: Callable[[int], None], stop: _StopSignals,
 ) -> list[_Invocation]:
     """Run every rank once; stop the survivors as soon as one fails (they would wait for it)."""
     invocations: list[_Invocation] = []
     try:
         for rank in range(int(event["workers"])):
+            stop.check()
             invocations.append(
                 _Invocation.start({**event, "rank": rank}, timeout_s, cap.procs_files[rank])
             )
         pending = list(invocations)
         while pending:
             select.select([i.reports for i in pending], [], [], _POLL_S)
+            stop.check()
             now = time.monotonic()
             for invocation in pending:
                 invocation.drain()
@@ -340,8 +455,14 @@ def _round(
             invocation.close()
 
 
+def _forget(channel: ParameterChannel) -> None:
+    """Delete the job's keys from a caller's Redis; if it is gone, there is nothing to delete."""
+    with suppress(redis.RedisError):
+        channel.cleanup()
+
+
 def run_local(
-    plan: Mapping[str, Any],
+    spec: LaunchSpec,
     *,
     redis_url: str | None = None,
     timeout_s: float = 900,
@@ -349,29 +470,34 @@ def run_local(
     checkpoint_every: int = 20,
     seed: int = 0,
     lr: float = 0.05,
+    oversubscribe: bool = False,
+    warn: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> LaunchReport:
-    """Train the plan's `functions` workers at `memory_mb` each for its `iterations`, for real.
+    """Train the spec's `functions` workers at `memory_mb` each for its `iterations`, for real.
 
     `timeout_s` is each invocation's limit (Lambda's 900 s by default); a worker stops to
     checkpoint `timeout_margin_s` before it (default: a quarter of it, at most 30 s).
     `progress(iteration, total)` is called as the channel advances (and steps back to the
-    checkpoint when a failed round is restored). Raises `LaunchError` when
-    the plan cannot run, or when relaunches stop making progress.
+    checkpoint when a failed round is restored). Everything is checked before anything
+    starts (`check_capacity`; `warn` receives its warning). Raises `LaunchError` when the
+    plan cannot run, or when relaunches stop making progress; SIGINT, SIGTERM and SIGHUP
+    raise `Interrupted` (a KeyboardInterrupt) after the clean-up.
     """
-    workers, memory_mb = int(plan["functions"]), int(plan["memory_mb"])
-    total = math.ceil(float(plan["iterations"]))
-    local_batch = max(1, round(float(plan["local_batch"])))
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise LaunchError(f"`timeout_s` must be a finite number of seconds > 0, got "
+                          f"{brief(timeout_s)}")
     margin = min(30.0, timeout_s / 4) if timeout_margin_s is None else timeout_margin_s
-    if workers < 1 or memory_mb < 1 or total < 1:
-        raise LaunchError(
-            f"nothing to run: {workers} functions, {memory_mb} MB, {total} iterations"
-        )
     if not 0 <= margin < timeout_s or checkpoint_every < 1:
         raise LaunchError(
             f"need 0 <= timeout_margin_s ({margin:g}) < timeout_s ({timeout_s:g}) "
             f"and checkpoint_every ({checkpoint_every}) >= 1"
         )
+    warning = check_capacity(spec, oversubscribe=oversubscribe)
+    if warning is not None and warn is not None:
+        warn(warning)
+    if redis_url is not None:
+        redis_client(redis_url).close()  # a bad URL is refused before anything starts
     job = f"local-{uuid.uuid4().hex[:12]}"
     reported = -1
 
@@ -379,44 +505,46 @@ def run_local(
         nonlocal reported
         if progress is not None and iteration != reported:
             reported = iteration
-            progress(iteration, total)
+            progress(iteration, spec.iterations)
 
-    with ExitStack() as stack:
+    with _StopSignals() as stop, ExitStack() as stack:
         url = redis_url if redis_url is not None else stack.enter_context(redis_server())
-        client = stack.enter_context(redis.Redis.from_url(url))
-        channel = ParameterChannel(client, job, workers=workers)
-        if redis_url is not None:
-            stack.callback(channel.cleanup)
-        cap = cap_cpu(job, workers, memory_mb)
-        stack.callback(cap.remove)
-        event = {
-            "workers": workers, "job": job, "redis_url": url, "iterations": total,
-            "local_batch": local_batch, "checkpoint_every": checkpoint_every,
-            "timeout_margin_s": margin, "seed": seed, "lr": lr,
-        }
-        started = time.monotonic()
-        restarts, best, stalls = 0, -1, 0
-        while True:
-            invocations = _round(event, cap, timeout_s, channel, on_iteration)
-            if all(i.result is not None and i.result["status"] == "done" for i in invocations):
-                break
-            restarts = channel.record_restart()
-            resumed = channel.restore() or 0
-            best, stalls = (resumed, 0) if resumed > best else (best, stalls + 1)
-            if stalls >= _STALL_LIMIT:
-                failures = "\n".join(i.failure for i in invocations if i.failure)
-                raise LaunchError(
-                    f"job {job}: {stalls} relaunches in a row resumed from iteration {resumed} "
-                    f"without progress; last failures:\n{failures or '(none)'}"
-                )
-        result = channel.result()
+        try:
+            client = stack.enter_context(redis_client(url))
+            channel = ParameterChannel(client, job, workers=spec.functions)
+            if redis_url is not None:
+                stack.callback(_forget, channel)
+            cap = cap_cpu(job, spec.functions, spec.memory_mb)
+            stack.callback(cap.remove)
+            event = spec.worker_event(job=job, redis_url=url, settings={
+                "checkpoint_every": checkpoint_every, "timeout_margin_s": margin, "seed": seed,
+                "lr": lr,
+            })
+            started = time.monotonic()
+            restarts, best, stalls = 0, -1, 0
+            while True:
+                stop.check()
+                invocations = _round(event, cap, timeout_s, channel, on_iteration, stop)
+                if all(i.result is not None and i.result["status"] == "done"
+                       for i in invocations):
+                    break
+                restarts = channel.record_restart()
+                resumed = channel.restore() or 0
+                best, stalls = (resumed, 0) if resumed > best else (best, stalls + 1)
+                if stalls >= _STALL_LIMIT:
+                    last = next((i.failure for i in reversed(invocations) if i.failure), "none")
+                    raise LaunchError(
+                        f"job {job}: {stalls} relaunches in a row resumed from iteration "
+                        f"{resumed} without progress; last failure: {last}"
+                    )
+            result = channel.result()
+        except redis.RedisError as error:
+            raise channel_failed(url, error) from None
         if result is None:
             raise LaunchError(f"job {job}: every worker returned done but no result was published")
         on_iteration(int(result["iterations"]))
-        return LaunchReport(
-            status="done", backend="local", workers=workers, memory_mb=memory_mb,
-            iterations=int(result["iterations"]), restarts=restarts,
-            measured_time_s=time.monotonic() - started,
-            predicted_time_s=float(plan["time_s"]), final_loss=float(result["final_loss"]),
-            test_accuracy=float(result["test_accuracy"]), cpu_limit=cap.description,
+        return LaunchReport.of(
+            spec, backend="local", iterations=int(result["iterations"]), restarts=restarts,
+            measured_time_s=time.monotonic() - started, result=result,
+            runs_on=cap.description,
         )

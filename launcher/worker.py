@@ -19,10 +19,11 @@ from typing import Any, Protocol
 import numpy as np
 import redis
 import torch
-from lambdadnn.launcher.channel import ParameterChannel
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
+
+from lambdadnn.launcher.channel import ParameterChannel
 
 __all__ = ["DEFAULT_MOMENTUM", "handler"]
 

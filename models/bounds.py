@@ -1,114 +1,26 @@
 """Bounds on `n` and `m` derived by the program from the model's SymPy expressions.
 
-`facts()` proves, once per process, what the bounds rest on: in each of the 16 regimes of the
-model (fixed local / global batch × function- / PS-bound communication × rate linear /
-saturated × storage bandwidth linear / capped) ∂T_train/∂m ≤ 0 under the validity
-assumptions R > 0 and B_f^s > 0; T is a non-decreasing function of T_train; and the cost
-weight (dollars per second) is non-decreasing in `m`. It also solves for the thresholds where
-validity starts and where the time stops depending on `m`. `box()` turns these into integer
-bounds for one instance; `cost_lower_bound()` is the bound the solver prunes with.
+`models.derivation.facts()` proves what the bounds rest on (∂T_train/∂m ≤ 0 in each of the
+model's 16 regimes, T non-decreasing in T_train, the cost weight non-decreasing in `m`) and
+solves for the thresholds where validity starts and where the time stops depending on `m`;
+the compiled program (`models.compiled`) carries those thresholds as numpy code. `box()`
+turns them into integer bounds for one instance; `cost_lower_bound()` is the bound the
+solver prunes with. This module imports numpy only (SymPy just for `deadline_crossings`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import sympy as sp
+
 from lambdadnn.models import performance as model
-from lambdadnn.models.errors import DerivationError
+from lambdadnn.models.compiled import program
 
 Array = npt.NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What `facts()` proved, and the thresholds it solved for (as SymPy expressions)."""
-
-    regimes_proved: int
-    rate_root: sp.Expr
-    storage_root: sp.Expr
-    storage_cap: sp.Expr
-    batch_limit: sp.Expr
-    thresholds: Callable[..., tuple[float, float, float, float]]
-
-
-def _regimes() -> list[tuple[str, dict[sp.Basic, sp.Basic], dict[sp.Basic, sp.Basic]]]:
-    """Every branch choice of the model's Min and Piecewise terms, with its positivity substitution.
-
-    Each regime pins the rate and storage bandwidth to one branch; under validity these are
-    positive, which we state by rewriting the intercepts through positive symbols ρ1, ρ2.
-    """
-    rho1, rho2 = sp.symbols("rho1 rho2", positive=True)
-    piecewise = (model.t_train + model.spread_variance).atoms(sp.Piecewise)
-    if any(pw.args[0].cond.canonical != model.fixed_local.canonical for pw in piecewise):
-        raise DerivationError("every Piecewise of the model must branch on the batch regime")
-    rate_min = sp.Min(model.m, model.m_sat)
-    storage_min = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
-    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
-    regimes = []
-    for batch, comm, rate_arg, storage_arg in itertools.product(
-        (True, False), ps_min.args, rate_min.args, storage_min.args
-    ):
-        choice: dict[sp.Basic, sp.Basic] = {
-            pw: pw.args[0].expr if batch else pw.args[1].expr for pw in piecewise
-        }
-        choice.update({rate_min: rate_arg, storage_min: storage_arg, ps_min: comm})
-        positivity = {model.beta1: rho1 - model.alpha1 * rate_arg}
-        if storage_arg != model.B_s:
-            positivity[model.beta2] = rho2 - model.alpha2 * model.m
-        name = (
-            f"{'fixed-local' if batch else 'fixed-global'} batch, "
-            f"{'function' if comm == model.B_fmax else 'PS'}-bound, "
-            f"rate {'linear' if rate_arg == model.m else 'saturated'}, "
-            f"storage {'capped' if storage_arg == model.B_s else 'linear'}"
-        )
-        regimes.append((name, choice, positivity))
-    return regimes
-
-
-def _root(expression: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
-    """The one root of `expression` in `symbol` (simplification skipped: it costs 50 ms each)."""
-    roots = sp.solve(expression, symbol, simplify=False, check=False)
-    if len(roots) != 1:
-        raise DerivationError(f"expected one root of {expression} in {symbol}, found {roots}")
-    root: sp.Expr = roots[0]
-    return root
-
-
-@cache
-def facts() -> Facts:
-    """Prove the monotonicity the bounds rely on and solve for the thresholds (once per process)."""
-    regimes = _regimes()
-    for name, choice, positivity in regimes:
-        # The quantile T_train + z·√variance falls with m when both parts do (√ increases).
-        for label, expression in (("T_train", model.t_train),
-                                  ("the spread's variance", model.spread_variance)):
-            slope = sp.diff(expression.xreplace(choice), model.m).subs(positivity)
-            if not slope.is_nonpositive:
-                raise DerivationError(
-                    f"could not prove ∂({label})/∂m ≤ 0 in regime {name}: {slope}"
-                )
-    if not sp.diff(model.weight, model.m).is_nonnegative:
-        raise DerivationError("could not prove that the cost weight is non-decreasing in m")
-    linear_rate = model.alpha1 * model.m + model.beta1
-    linear_storage = model.alpha2 * model.m + model.beta2
-    fixed_global_batch = model.local_batch.args[1].expr
-    rate_root = _root(linear_rate, model.m)
-    storage_root = _root(linear_storage, model.m)
-    storage_cap = _root(linear_storage - model.B_s, model.m)
-    batch_limit = _root(fixed_global_batch - 1, model.n)
-    thresholds = sp.lambdify(
-        model.PARAMETER_SYMBOLS, (rate_root, storage_root, storage_cap, batch_limit),
-        modules="numpy",
-    )
-    return Facts(len(regimes), rate_root, storage_root, storage_cap, batch_limit, thresholds)
 
 
 @dataclass(frozen=True)
@@ -172,17 +84,18 @@ def box(
 ) -> Box | None:
     """Integer bounds for one instance, or None when no plan within its limits is valid.
 
-    `values` are the parameters in `model.PARAMETERS` order. Memory: validity (R > 0,
+    `values` are the parameters from `model.parameter_values`. Memory: validity (R > 0,
     B_f^s > 0) and `min_memory_mb` from below; from above, the first size from which R and
     B_f^s no longer grow — T is constant past it while the weight grows, so a larger size is
     never cheaper. Functions: b_l ≥ 1 and the limits from above; then, since T only falls
     as m grows, n must meet the deadline at the largest useful memory, evaluated for every n.
     When no n does, the box keeps every valid n (the solver then returns the fastest plan).
     """
-    with np.errstate(divide="ignore", invalid="ignore"):  # a zero slope: no threshold
-        thresholds = facts().thresholds(*map(np.float64, values))
+    compiled = program()
+    with np.errstate(all="ignore"):  # a zero slope: no threshold
+        thresholds = compiled.thresholds(*values)
     rate_root, storage_root, storage_cap, batch_limit = map(float, thresholds)
-    params = dict(zip(model.PARAMETERS, values, strict=True))
+    params = dict(zip(compiled.parameters, values, strict=True))
     per_memory = model.figures(values, 1.0, memory, ("rate", "storage_bandwidth"))
     rate, storage = per_memory["rate"], per_memory["storage_bandwidth"]
     m_lo = _first((rate > 0) & (storage > 0) & (memory >= min_memory_mb))
@@ -229,7 +142,7 @@ def box(
         "cheaper; the first grid size past both thresholds",
         f"n ≤ {n_valid}: validity b_l = b_g^max/n ≥ 1 ⇔ n ≤ {batch_limit:g} (solved for n), "
         f"and the concurrency limit {max_functions}",
-        f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all {facts().regimes_proved} "
+        f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all {compiled.regimes_proved} "
         f"regimes and T non-decreasing in T_train, so T(n, m) ≥ T(n, m_max); {deadline_text}",
     )
     bounds = Bounds(
@@ -250,7 +163,7 @@ def cost_lower_bound(
     C = T·weight + n·(r + 1)·p_req ≥ T(m_high)·weight(memory_low) + n·(r(m_high) + 1)·p_req.
     """
     weight = model.figures(values, functions, memory_low, ("weight",))["weight"]
-    p_req = values[model.PARAMETERS.index("p_req")]
+    p_req = values[program().parameters.index("p_req")]
     lower: Array = high_time * weight + functions * (high_restarts + 1) * p_req
     return lower
 
@@ -263,48 +176,19 @@ class Crossing:
     functions: float
 
 
-@cache
-def _deadline_roots() -> tuple[tuple[str, bool, bool, Callable[..., Any]], ...]:
-    """T_train = T_o solved for n per (batch, communication) regime, with the rate and storage
-    bandwidth held as symbols R, B_fs (memory fixed). Built on first use: it is for
-    explaining the bounds (`lambdadnn bounds`), not on the solver's path."""
-    rate_symbol, storage_symbol, deadline = sp.symbols("R B_fs T_o", positive=True)
-    piecewise = model.t_train.atoms(sp.Piecewise)
-    rate = model.alpha1 * sp.Min(model.m, model.m_sat) + model.beta1
-    storage = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
-    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
-    solved = []
-    for fixed_local, comm in itertools.product((True, False), ps_min.args):
-        choice: dict[sp.Basic, sp.Basic] = {
-            pw: pw.args[0 if fixed_local else 1].expr for pw in piecewise
-        }
-        choice.update({ps_min: comm, rate: rate_symbol, storage: storage_symbol, model.s_c: 1})
-        t_train = model.t_train.xreplace(choice)
-        roots = [
-            root for root in sp.solve(t_train - deadline, model.n, simplify=False, check=False)
-            if root != 0
-        ]
-        name = (f"{'fixed-local' if fixed_local else 'fixed-global'} batch, "
-                f"{'function' if comm == model.B_fmax else 'PS'}-bound")
-        function = sp.lambdify(
-            (*model.PARAMETER_SYMBOLS, rate_symbol, storage_symbol, deadline), roots,
-            modules="numpy",
-        )
-        solved.append((name, fixed_local, comm == model.B_fmax, function))
-    return tuple(solved)
-
-
 def deadline_crossings(
     values: tuple[float, ...], memory_mb: float, deadline_s: float
 ) -> list[Crossing]:
     """The real, positive n where DESIGN.md's T_train(n, memory_mb) = T_o, each checked to lie
     in the regime it was solved in, smallest first (restarts only add to T, so these are
     where the deadline can start or stop being met, never later or earlier)."""
-    params = dict(zip(model.PARAMETERS, values, strict=True))
+    from lambdadnn.models.derivation import deadline_roots
+
+    params = dict(zip(program().parameters, values, strict=True))
     per_memory = model.figures(values, 1.0, memory_mb, ("rate", "storage_bandwidth"))
     rate, storage = float(per_memory["rate"]), float(per_memory["storage_bandwidth"])
     crossings = []
-    for name, fixed_local, function_bound, function in _deadline_roots():
+    for name, fixed_local, function_bound, function in deadline_roots():
         with np.errstate(all="ignore"):
             roots = np.asarray(function(*map(np.float64, values), rate, storage, deadline_s),
                                dtype=np.float64).ravel()

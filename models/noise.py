@@ -15,6 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
+
 from lambdadnn.models.errors import NoiseError
 
 Array = npt.NDArray[np.float64]
@@ -121,7 +122,7 @@ class PlanningNoise:
     cold_start_quantile: Array
 
     def terms(self, functions: Array) -> tuple[Array | float, ...]:
-        """The terms in `models.performance.NOISE_SYMBOLS` order for these function counts."""
+        """The terms in `models.equations.NOISE_SYMBOLS` order for these function counts."""
         index = np.asarray(functions, dtype=np.int64) - 1
         return (
             self.straggler_mean[index], self.straggler_variance[index],

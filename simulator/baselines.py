@@ -21,11 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from lambdadnn.models import performance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
 from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import Instance, MemoryGrid
 from lambdadnn.solver.pipeline import evaluate
 
@@ -114,11 +116,13 @@ def _trial(
 
     Cost grows linearly with time (GB-seconds and the PS by the second), so a run stopped at
     the deadline costs its full cost × deadline / time; its full time is what the user
-    extrapolates from the progress made.
+    extrapolates from the progress made — infinite for a run the simulator abandoned (it
+    would not finish), which is paid for what it ran, up to the deadline.
     """
     run = simulate_job(instance, functions, memory_mb, noise=noise, rng=rng)
-    paid = min(1.0, instance.objective.deadline_s / run.time_s)
-    return functions, memory_mb, run.time_s, run.cost_usd * paid
+    deadline = instance.objective.deadline_s
+    paid = run.cost_usd if run.time_s <= deadline else run.cost_usd * deadline / run.time_s
+    return functions, memory_mb, run.time_s if run.finished else math.inf, paid
 
 
 def _incumbent(trials: Sequence[Trial], deadline_s: float) -> Trial:
@@ -206,8 +210,8 @@ def power_tuning(
         functions = _power_tuning_functions(instance, sizes[-1])
     elif not 1 <= functions <= max_functions(instance):
         raise InstanceError(
-            f"`functions` must be in 1..{max_functions(instance)} for {instance.name!r}, "
-            f"got {functions!r}"
+            f"`functions` must be in 1..{max_functions(instance)} for {brief(instance.name)}, "
+            f"got {brief(functions)}"
         )
     trials = [_trial(instance, functions, size, noise, rng) for size in sizes]
     return _keep_best(instance, trials)
@@ -228,7 +232,7 @@ def sample_search(
     trial that met the deadline, else the fastest.
     """
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise InstanceError(f"`budget` must be a positive integer, got {budget!r}")
+        raise InstanceError(f"`budget` must be a positive integer, got {brief(budget)}")
     allowed = memory_range(instance)
     if allowed is None:
         return NO_PLAN

@@ -7,6 +7,7 @@ differences in the report come from the plans alone.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.baselines import STRATEGIES, StrategyPlan
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE
-from lambdadnn.simulator.pool import JobOutcome, run_trace
+from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, STRATEGY_NAMES
+from lambdadnn.simulator.pool import JobOutcome, json_ready, run_trace
 from lambdadnn.simulator.trace import Job
-from lambdadnn.solver.errors import NoValidPlanError
+from lambdadnn.solver.errors import InstanceError, NoValidPlanError
+from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import Instance
 from lambdadnn.solver.pipeline import solve
 
@@ -48,12 +51,25 @@ def lambdadnn_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:
     return plan_for
 
 
+def check_names(names: Sequence[str], *, field: str = "strategies") -> None:
+    """`InstanceError` unless `names` are one or more distinct strategies of `STRATEGY_NAMES`;
+    `field` is what the message calls them (the CLI's `--strategies`)."""
+    unknown = [name for name in names if name not in STRATEGY_NAMES]
+    if unknown or not names:
+        shown = brief(unknown[0]) if unknown else "none"
+        raise InstanceError(
+            f"`{field}` names {shown}, not a strategy; choose from {', '.join(STRATEGY_NAMES)}"
+        )
+    twice = [name for index, name in enumerate(names) if name in names[:index]]
+    if twice:
+        raise InstanceError(f"`{field}` names {twice[0]!r} twice; name each strategy once")
+
+
 def strategy(name: str, *, guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:
     """The planner registered under `name` (see `STRATEGY_NAMES`)."""
+    check_names([name], field="name")
     if name == "lambdadnn":
         return lambdadnn_strategy(guarantee)
-    if name not in STRATEGIES:
-        raise KeyError(name)
     return STRATEGIES[name]
 
 
@@ -71,17 +87,19 @@ class StrategyReport:
     gb_seconds: float
     mean_abs_prediction_error_s: float
     no_plan: int
+    abandoned: int  # jobs stopped at the simulator's limits (`simulator.engine`, "Limits")
     seconds: float  # wall time to plan and simulate every job
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return json_ready(asdict(self))
 
 
 def summarise(name: str, outcomes: Sequence[JobOutcome], seconds: float = 0.0) -> StrategyReport:
-    """Aggregate per-job outcomes; jobs a strategy could not plan count as missed, cost 0."""
-    ran = [o for o in outcomes if o.status == "ok"]
+    """Aggregate per-job outcomes; jobs a strategy could not plan count as missed, cost 0;
+    abandoned jobs count as missed, with what they ran, and without a prediction error."""
+    ran = [o for o in outcomes if o.status != "no-plan"]
     total = sum(o.cost_usd + o.exploration_cost_usd for o in outcomes)
-    errors = [abs(o.predicted_time_s - o.time_s) for o in ran]
+    errors = [abs(o.predicted_time_s - o.time_s) for o in ran if o.status == "ok"]
     return StrategyReport(
         name=name,
         jobs=len(outcomes),
@@ -94,6 +112,7 @@ def summarise(name: str, outcomes: Sequence[JobOutcome], seconds: float = 0.0) -
         gb_seconds=sum(o.gb_seconds for o in ran),
         mean_abs_prediction_error_s=statistics.fmean(errors) if errors else 0.0,
         no_plan=len(outcomes) - len(ran),
+        abandoned=sum(o.status == "abandoned" for o in outcomes),
         seconds=seconds,
     )
 
@@ -115,6 +134,7 @@ def compare(
     progress: Callable[[str], Progress] | None = None,
 ) -> Comparison:
     """Run every named strategy over the same jobs (each with a fresh planner cache)."""
+    check_names(names)
     outcomes: dict[str, list[JobOutcome]] = {}
     seconds: dict[str, float] = {}
     for name in names:
@@ -149,14 +169,39 @@ def _cdf_plot(
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+    try:
+        figure.savefig(path)
+    except OSError as error:  # a full disk, a folder made read-only meanwhile
+        raise InstanceError(
+            f"`--plots`: cannot write {brief(str(path), 80)} "
+            f"({error.strerror or 'I/O error'}); free space or choose another folder"
+        ) from None
+    finally:
+        plt.close(figure)
     return path
+
+
+def plot_folder(folder: Path) -> Path:
+    """`folder`, created if need be and writable, or `InstanceError` in one line: checked
+    before a comparison runs, so a bad `--plots` never costs the whole simulation."""
+    shown = brief(str(folder), 80)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InstanceError(f"`--plots` {shown} is a file; give a folder") from None
+    except (OSError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else "unusable"
+        raise InstanceError(
+            f"`--plots` {shown} cannot be created ({reason}); give a folder you can write to"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InstanceError(f"`--plots` {shown} is not writable; give a folder you can write to")
+    return folder
 
 
 def plot(results: Mapping[str, Sequence[JobOutcome]], folder: Path) -> list[Path]:
     """Two PNGs: the CDF of cost per job, and (completion − submission) ÷ deadline per job."""
-    folder.mkdir(parents=True, exist_ok=True)
+    plot_folder(folder)
     costs = {name: [o.cost_usd + o.exploration_cost_usd for o in outcomes]
              for name, outcomes in results.items()}
     lateness = {name: [(o.end_time_s - o.submit_time_s) / o.deadline_s

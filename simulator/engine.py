@@ -44,6 +44,18 @@ Semantics, for a plan of n functions of m MB (k = the model's iterations, real-v
 * Billing. Every worker is billed from its invocation to its round's end (cold starts and
   barrier waits included; a crashed worker's replacement starts the moment it crashes), so
   gb_seconds = n·m/1024·time_s; the PS is paid for time_s; each invocation is one request.
+* Limits. A run is abandoned (`finished` false: its time and cost are what it ran until then,
+  its `iterations` those completed) when it would take the simulator unbounded work, so any
+  input ends within seconds: after `MAX_EVENTS` invocation rounds and crashes (at Lambda's
+  900 s timeout, 10,000 rounds are 104 days of training; the shipped workloads need at most
+  about a hundred, even on one function); after `MAX_CRASHES_WITHOUT_CHECKPOINT` crashes in a
+  row that saved no checkpoint (a job whose checkpoint intervals each survive with
+  probability p is abandoned wrongly with probability (1−p)^100 an interval, below 3·10⁻⁵ for
+  p ≥ 0.1; below p = 0.05 it loses its work twenty times over and is stuck — a failure rate
+  of 100 per function-hour on 14 functions crashes every 2.6 s); and when it would draw more
+  than `MAX_WORKER_ITERATIONS` worker-iterations (iterations × functions, redone ones
+  included: ≈ 4 s of draws; ImageNet for 90 epochs at a local batch of 32 is 3.6·10⁶). A plan
+  whose model k·n is already beyond that budget is abandoned before it starts (time 0).
 
 Randomness comes only from `rng`: a seed gives one `JobRun`. Work is vectorised over the
 iterations of a round; Python loops only over rounds and failures.
@@ -52,18 +64,26 @@ iterations of a round; Python loops only over rounds and failures.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
+
 from lambdadnn.models.noise import NoiseModel, draw_factors
 from lambdadnn.models.performance import BATCH_SLACK, Array, figures, parameter_values
-from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import MAX_INTEGER, Instance
 
 _FIGURES = ("iterations", "local_batch", "t_load", "t_comp_total", "t_comm_total")
 # Iterations are drawn a segment at a time: enough to reach the timeout or the next crash plus
 # a quarter (so a second draw is rare), with at most this many worker-iterations at once.
 _DRAW_SLACK = 1.25
 _MAX_DRAW = 1 << 20
+# The limits of the module docstring, past which a run is abandoned.
+MAX_EVENTS = 10_000
+MAX_CRASHES_WITHOUT_CHECKPOINT = 100
+MAX_WORKER_ITERATIONS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,7 @@ class JobRun:
     failures: int  # function crashes
     lost_iterations: float  # iterations redone after failures (work since the last checkpoint)
     checkpoints: int
+    finished: bool = True  # False: abandoned at one of the simulator's limits (see above)
 
 
 def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -> Array:
@@ -105,6 +126,7 @@ class _Segment:
     end_s: float  # seconds since the round's invocation
     completed: int  # iterations completed in the segment
     failed: bool
+    abandoned: bool = False  # stopped at `MAX_WORKER_ITERATIONS`
 
 
 class _Job:
@@ -114,8 +136,14 @@ class _Job:
         self, instance: Instance, functions: int, memory_mb: int, noise: NoiseModel,
         rng: np.random.Generator,
     ) -> None:
-        if functions < 1:
-            raise ValueError(f"a plan needs at least one function, got {functions}")
+        for name, value in (("functions", functions), ("memory_mb", memory_mb)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not (
+                1 <= value <= MAX_INTEGER
+            ):
+                raise InstanceError(
+                    f"`{name}` must be an integer in 1..{MAX_INTEGER:,}, got {brief(value)}"
+                )
+        functions, memory_mb = int(functions), int(memory_mb)
         values = parameter_values(instance.parameters())
         f = {name: float(v) for name, v in figures(values, functions, memory_mb, _FIGURES).items()}
         k = f["iterations"]
@@ -125,10 +153,10 @@ class _Job:
         if not all(math.isfinite(x) and x > 0 for x in usable) or (
             f["local_batch"] < 1 - BATCH_SLACK
         ):
-            raise ValueError(
+            raise InstanceError(
                 f"plan ({functions} functions, {memory_mb} MB) is not valid for "
-                f"{instance.name}: it needs a positive rate and storage bandwidth and a local "
-                "batch of at least 1"
+                f"{brief(instance.name)}: it needs a positive rate and storage bandwidth and a "
+                "local batch of at least 1; check it with `lambdadnn evaluate`"
             )
         self.n = functions
         self.memory_mb = memory_mb
@@ -150,6 +178,7 @@ class _Job:
         self.noise = noise
         self.rng = rng
         self.failure_rate = functions * noise.failure_rate_per_hour / 3600
+        self.drawn = 0  # worker-iterations drawn so far, against `MAX_WORKER_ITERATIONS`
         # The timeout estimate: the longest iteration so far, at first the model's mean.
         self.estimate = (f["t_comp_total"] + f["t_comm_total"]) / k
 
@@ -166,6 +195,7 @@ class _Job:
 
     def iteration_times(self, scales: Array) -> Array:
         """Durations of iterations scaled by `scales` (1, or the final partial fraction)."""
+        self.drawn += len(scales) * self.n
         compute = draw_factors(self.rng, self.noise.compute_cv, (len(scales), self.n))
         jitter = draw_factors(self.rng, self.noise.bandwidth_cv, len(scales))
         volume = self.model_mb * scales * jitter  # MB per flow, jitter folded into the volume
@@ -187,9 +217,12 @@ class _Job:
             return _Segment(crash, 0, True)
         completed = 0
         while True:
+            budget = (MAX_WORKER_ITERATIONS - self.drawn) // self.n
+            if budget < 1:
+                return _Segment(clock, completed, False, abandoned=True)
             left = self.total - done - completed
             room = (min(self.usable_s, crash) - clock) / self.estimate
-            count = max(1, min(left, int(room * _DRAW_SLACK) + 2, _MAX_DRAW // self.n))
+            count = max(1, min(left, int(room * _DRAW_SLACK) + 2, _MAX_DRAW // self.n, budget))
             scales = np.ones(count)
             if count == left and self.fraction > 0:
                 scales[-1] = self.fraction
@@ -217,9 +250,13 @@ class _Job:
         """Rounds until all iterations are done, with crashes handled inside each round."""
         n, every = self.n, self.noise.checkpoint_every
         done = invocations = restarts = failures = checkpoints = lost = 0
-        time_s = 0.0
+        events = stuck = 0  # rounds and crashes; crashes since the last checkpoint
+        time_s, finished = 0.0, False
+        if self.total * n > MAX_WORKER_ITERATIONS:  # beyond the budget from the start
+            return self._record(0.0, 0.0, 0, 0, 0, 0.0, 0, finished)
         setup = self.load_time()
         while True:
+            events += 1
             invocations += n
             start, fresh = self.cold_start(n), True
             while True:
@@ -227,29 +264,50 @@ class _Job:
                 setup = self.restart_s
                 if not seg.failed:
                     break
+                events += 1
                 failures += 1
                 invocations += 1
                 lost += seg.completed % every
                 checkpoints += seg.completed // every
                 done += seg.completed - seg.completed % every
+                stuck = 0 if seg.completed >= every else stuck + 1
+                if stuck >= MAX_CRASHES_WITHOUT_CHECKPOINT or events >= MAX_EVENTS:
+                    break
                 start, fresh = seg.end_s + self.cold_start(1), False
-            done += seg.completed
             time_s += seg.end_s
+            if seg.failed:  # abandoned after a crash: its lost work is counted above
+                break
+            done += seg.completed
             if done == self.total:
                 checkpoints += max(seg.completed - 1, 0) // every
+                finished = True
+                break
+            if seg.abandoned or events >= MAX_EVENTS:
                 break
             # The periodic checkpoints, then the one before the timeout (none if nothing ran).
             checkpoints += (seg.completed - 1) // every + 1
+            stuck = 0 if seg.completed else stuck
             restarts += 1
-        gb_seconds = n * self.memory_mb / 1024 * time_s
+        iterations = self.k if finished else float(done)
+        return self._record(
+            time_s, iterations, invocations, restarts, failures, float(lost), checkpoints,
+            finished,
+        )
+
+    def _record(
+        self, time_s: float, iterations: float, invocations: int, restarts: int, failures: int,
+        lost_iterations: float, checkpoints: int, finished: bool,
+    ) -> JobRun:
+        """The run's record, billed as the module docstring says."""
+        gb_seconds = self.n * self.memory_mb / 1024 * time_s
         cost = (
             gb_seconds * self.price_gb_s + self.price_ps_s * time_s
             + invocations * self.price_request
         )
         return JobRun(
-            time_s=time_s, cost_usd=cost, gb_seconds=gb_seconds, iterations=self.k,
+            time_s=time_s, cost_usd=cost, gb_seconds=gb_seconds, iterations=iterations,
             invocations=invocations, restarts=restarts, failures=failures,
-            lost_iterations=float(lost), checkpoints=checkpoints,
+            lost_iterations=lost_iterations, checkpoints=checkpoints, finished=finished,
         )
 
 
@@ -259,6 +317,7 @@ def simulate_job(
 ) -> JobRun:
     """Simulate training `instance` on `functions` functions of `memory_mb` MB (see above).
 
-    Raises `ValueError` for a plan the model calls invalid (it cannot train at all).
+    Raises `InstanceError` for a plan the model calls invalid (it cannot train at all); a run
+    past the simulator's limits comes back abandoned (`finished` false), never a hang.
     """
     return _Job(instance, functions, memory_mb, noise, rng).run()

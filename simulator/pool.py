@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import numpy as np
+
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.baselines import Strategy, StrategyPlan
 from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
 from lambdadnn.simulator.engine import simulate_job
-from lambdadnn.simulator.trace import Job
+from lambdadnn.simulator.trace import Job, check_seed
+from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.inputs import brief
 
 _PLAN_STREAM, _RUN_STREAM = 0, 1
 
-Status = Literal["ok", "no-plan"]
+Status = Literal["ok", "no-plan", "abandoned"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,9 @@ class JobOutcome:
     A job with status 'no-plan' (the strategy found none, or wanted more functions than the
     whole pool) never starts: its start, end and simulated time are infinite, its run costs
     nothing and it misses its deadline; `functions`, `memory_mb` and `predicted_time_s` are
-    the strategy's answer, exploration what it spent deciding.
+    the strategy's answer, exploration what it spent deciding. A job with status 'abandoned'
+    ran into one of the simulator's limits (`simulator.engine`, "Limits"): it holds its
+    functions and pays for the time it ran until then, and misses its deadline.
     """
 
     index: int
@@ -56,6 +62,17 @@ class JobOutcome:
     exploration_runs: int
     met_deadline: bool
     status: Status
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_ready(asdict(self))
+
+
+def json_ready(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with infinite or NaN numbers as None, so that it can be written as JSON."""
+    return {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in record.items()
+    }
 
 
 def job_rng(seed: int, index: int, stream: int) -> np.random.Generator:
@@ -85,7 +102,7 @@ def _outcome(
         failures=failures,
         exploration_cost_usd=plan.exploration_cost_usd,
         exploration_runs=plan.exploration_runs,
-        met_deadline=end - job.submit_time_s <= job.deadline_s,
+        met_deadline=status == "ok" and end - job.submit_time_s <= job.deadline_s,
         status=status,
     )
 
@@ -106,12 +123,15 @@ def run_trace(
     after each job. Events are kept in a heap of running jobs' end times: O(jobs · log jobs)
     on top of the planning and simulation themselves.
     """
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-        raise ValueError(f"`pool_size` must be a positive integer, got {pool_size!r}")
+    if isinstance(pool_size, bool) or not isinstance(pool_size, numbers.Integral) or (
+        pool_size < 1
+    ):
+        raise InstanceError(f"`pool_size` must be a positive integer, got {brief(pool_size)}")
+    seed = check_seed(seed)
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time_s, i))
     outcomes: dict[int, JobOutcome] = {}
     running: list[tuple[float, int]] = []  # (end time, functions held)
-    free = pool_size
+    free = int(pool_size)
     last_start = 0.0  # FIFO: no job starts before one submitted earlier
     for done, index in enumerate(order, start=1):
         job = jobs[index]
@@ -137,7 +157,7 @@ def run_trace(
             outcomes[index] = _outcome(
                 index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
                 gb_seconds=run.gb_seconds, restarts=run.restarts, failures=run.failures,
-                status="ok",
+                status="ok" if run.finished else "abandoned",
             )
         if progress is not None:
             progress(done, len(jobs))

@@ -19,20 +19,27 @@ one job a row::
 
 A real cluster trace converts by mapping each job to the closest shipped (or profiled)
 workload and keeping its submission time, epochs and deadline. Every malformed row is reported
-as one one-line `InstanceError` naming the file, the line and the column.
+as one one-line `InstanceError` naming the file, the line and the column, with the cell quoted
+briefly. The file is read like every user file (`solver.inputs.read_text`: a regular file of
+at most 4 MB) and holds at most `MAX_JOBS` jobs (100,000: ten times the paper's traces).
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from lambdadnn.simulator.defaults import MAX_JOBS
 from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.inputs import brief, read_text
 from lambdadnn.solver.instance import MAX_INTEGER, Instance, load_instance
 from lambdadnn.solver.shipped import instances_folder, names
 
@@ -71,14 +78,15 @@ class _Loader:
     def resolve(self, name: str) -> Path:
         if name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name:
             path = Path(name)
-            if self._base is not None and not path.is_absolute() and (self._base / path).is_file():
+            if self._base is not None and not path.is_absolute() and _is_file(self._base / path):
                 return self._base / path
-            return path
+            return path  # `load_instance` reads it, or says in one line why it cannot
         shipped = instances_folder() / f"{name}.yaml"
-        if not shipped.is_file():
+        if not _is_file(shipped):
             known = ", ".join(names(instances_folder()))
             raise InstanceError(
-                f"{name!r} is not a shipped instance; use one of {known} or a path to a YAML file"
+                f"{brief(name)} is not a shipped instance; use one of {known} or a path to a "
+                "YAML file"
             )
         return shipped
 
@@ -97,6 +105,21 @@ class _Loader:
         return Job(submit_time_s, name, epochs, deadline_s, instance)
 
 
+def _is_file(path: Path) -> bool:
+    """`Path.is_file`, false also for names the system refuses (too long, say)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def check_seed(seed: object) -> int:
+    """The seed of a simulation as an int, or `InstanceError`: numpy wants an integer ≥ 0."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise InstanceError(f"`seed` must be an integer ≥ 0, got {brief(seed)}")
+    return int(seed)
+
+
 def _number(text: str, *, positive: bool) -> float:
     value = float(text)  # ValueError for non-numbers, caught by the caller
     if not math.isfinite(value) or (value <= 0 if positive else value < 0):
@@ -111,62 +134,79 @@ def _integer(text: str) -> int:
     return value
 
 
-def _row_error(path: Path, line: int, column: str, problem: str) -> InstanceError:
+def _row_error(where: str, line: int, column: str, problem: str) -> InstanceError:
     one_line = " ".join(problem.split())
-    return InstanceError(f"trace `{path}`, line {line}, column `{column}`: {one_line}")
+    return InstanceError(f"trace {where}, line {line}, column `{column}`: {one_line}")
+
+
+def _rows(reader: Iterator[list[str]], where: str) -> Iterator[list[str]]:
+    """The reader's rows; malformed CSV (a cell over the csv module's limit, say) in one line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            line = getattr(reader, "line_num", 0)
+            raise InstanceError(
+                f"trace {where}, line {line}: not valid CSV ({brief(str(error), 60)}); write "
+                "one job a line as submit_time_s,instance,epochs,deadline_s"
+            ) from None
+        yield row
 
 
 def read_trace(path: str | Path) -> list[Job]:
     """Every job of a trace file in file order; raises `InstanceError` at the first bad row."""
     source = Path(path)
-    try:
-        text = source.read_text(encoding="utf-8-sig")  # a BOM from spreadsheet exports is fine
-    except FileNotFoundError:
-        raise InstanceError(f"trace `{source}` does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InstanceError(f"trace `{source}` cannot be read: {error}") from None
-    reader = csv.reader(text.splitlines())
-    header = [cell.strip() for cell in next(reader, [])]
+    where = brief(str(source), 80)
+    text = read_text(source, what="a trace CSV (submit_time_s,instance,epochs,deadline_s)")
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""))  # spreadsheet BOM
+    rows = _rows(reader, where)
+    header = [cell.strip() for cell in next(rows, [])]
     if sorted(header) != sorted(COLUMNS):
         raise InstanceError(
-            f"trace `{source}`, line 1: the header must name the columns {','.join(COLUMNS)}, "
-            f"got {','.join(header)!r}"
+            f"trace {where}, line 1: the header must name the columns {','.join(COLUMNS)}, "
+            f"got {brief(','.join(header))}"
         )
-    where = {column: header.index(column) for column in COLUMNS}
-    loader = _Loader(source.resolve().parent)
+    index = {column: header.index(column) for column in COLUMNS}
+    loader = _Loader(source.absolute().parent)
     checks: dict[str, tuple[str, Callable[[str], float]]] = {
-        "submit_time_s": ("a number ≥ 0", lambda text: _number(text, positive=False)),
-        "epochs": ("a positive integer", _integer),
-        "deadline_s": ("a positive number", lambda text: _number(text, positive=True)),
+        "submit_time_s": ("a finite number ≥ 0", lambda text: _number(text, positive=False)),
+        "epochs": (f"an integer in 1..{MAX_INTEGER:,}", _integer),
+        "deadline_s": ("a finite positive number", lambda text: _number(text, positive=True)),
     }
     jobs: list[Job] = []
-    for row in reader:
+    for row in rows:
         line = reader.line_num
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(COLUMNS):
             raise InstanceError(
-                f"trace `{source}`, line {line}: expected {len(COLUMNS)} columns "
+                f"trace {where}, line {line}: expected {len(COLUMNS)} columns "
                 f"({','.join(header)}), got {len(row)}"
             )
-        cells = {column: row[index].strip() for column, index in where.items()}
+        if len(jobs) == MAX_JOBS:
+            raise InstanceError(
+                f"trace {where}, line {line}: more than {MAX_JOBS:,} jobs; split the trace"
+            )
+        cells = {column: row[at].strip() for column, at in index.items()}
         values: dict[str, float] = {}
         for column, (need, check) in checks.items():
             try:
                 values[column] = check(cells[column])
             except ValueError:
                 raise _row_error(
-                    source, line, column, f"must be {need}, got {cells[column]!r}"
+                    where, line, column, f"must be {need}, got {brief(cells[column])}"
                 ) from None
         if not cells["instance"]:
-            raise _row_error(source, line, "instance", "must name an instance, got ''")
+            raise _row_error(where, line, "instance", "must name an instance, got ''")
         try:
             job = loader.job(
                 values["submit_time_s"], cells["instance"], int(values["epochs"]),
                 values["deadline_s"],
             )
         except InstanceError as error:
-            raise _row_error(source, line, "instance", str(error)) from None
+            raise _row_error(where, line, "instance", str(error)) from None
         jobs.append(job)
     return jobs
 
@@ -203,10 +243,15 @@ def generate_trace(
     `deadlines` (inclusive), the paper's 600–1,200 s by default, so identical questions recur
     and a planner can cache by (instance, epochs, deadline).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
-        raise InstanceError(f"`jobs` must be an integer ≥ 0, got {jobs!r}")
-    if not (math.isfinite(rate_per_s) and rate_per_s > 0):
-        raise InstanceError(f"`rate_per_s` must be a positive number, got {rate_per_s!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or not (
+        0 <= jobs <= MAX_JOBS
+    ):
+        raise InstanceError(f"`jobs` must be an integer in 0..{MAX_JOBS:,}, got {brief(jobs)}")
+    seed = check_seed(seed)
+    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, numbers.Real) or not (
+        math.isfinite(rate_per_s) and rate_per_s > 0
+    ):
+        raise InstanceError(f"`rate_per_s` must be a positive number, got {brief(rate_per_s)}")
     low, high = deadlines
     if not 0 < low <= high:
         raise InstanceError(f"`deadlines` must be (low, high) with 0 < low ≤ high, got {deadlines}")

@@ -5,7 +5,12 @@ piece's right end is evaluated exactly (a real plan, and the incumbent if it is 
 feasible one so far) and gives, through `models.bounds.cost_lower_bound`, a floor for every
 plan in the piece. Pieces that miss the deadline even at their right end, or whose floor is
 above the incumbent, are dropped; small pieces are evaluated point by point. The bound only
-uses monotonicity that `models.bounds.facts()` proved, so no optimal plan is ever dropped.
+uses monotonicity that `models.derivation.facts()` proved, so no optimal plan is ever dropped
+(and float rounding cannot break it: T is built of operations each monotone in m).
+
+The model is evaluated on (interval × piece) arrays, `n` one column per interval, so the terms
+that depend on n alone are computed once per interval rather than once per plan; the figures
+are the same to the last bit as for one plan at a time.
 """
 
 from __future__ import annotations
@@ -14,18 +19,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
 from lambdadnn.models import bounds as model_bounds
 from lambdadnn.models import performance as model
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
 
-PIECES = 16
-LEAF = 24
+PIECES = 8
+LEAF = 16  # ≥ PIECES: an interval wider than a leaf always splits into PIECES pieces
 # Relative slack when pruning by cost: far above float rounding, far below the 1e-12 tie rule's
 # reach, so plans tied with the optimum are always kept.
 PRUNE_RTOL = 1e-9
 TIE_RTOL = 1e-12
+_PIECE = np.arange(PIECES)
+_LEAF_POINT = np.arange(LEAF)
 
 
 @dataclass(frozen=True)
@@ -37,25 +45,6 @@ class Candidates:
     time: Array
     cost: Array
     evaluated: int
-
-
-def _split(n: Index, lo: Index, hi: Index) -> tuple[Index, Index, Index]:
-    """Cut each interval [lo, hi] into up to PIECES contiguous pieces."""
-    width = hi - lo + 1
-    count = np.minimum(width, PIECES)
-    owner = np.repeat(np.arange(len(n)), count)
-    offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    starts = lo[owner] + (offset * width[owner]) // count[owner]
-    ends = lo[owner] + ((offset + 1) * width[owner]) // count[owner] - 1
-    return n[owner], starts, ends
-
-
-def _expand(n: Index, lo: Index, hi: Index) -> tuple[Index, Index]:
-    """Every point of each interval [lo, hi]."""
-    width = hi - lo + 1
-    owner = np.repeat(np.arange(len(n)), width)
-    offset = np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width, width)
-    return n[owner], lo[owner] + offset
 
 
 def enumerate_candidates(
@@ -76,17 +65,18 @@ def enumerate_candidates(
     evaluated = 0
     incumbent = np.inf
 
-    def record(n: Index, index: Index) -> dict[str, Array]:
+    def record(n: Index, index: Index, real: npt.NDArray[np.bool_]) -> dict[str, Array]:
+        """Evaluate plans n[i] × memory[index[i, j]]; keep the `real` ones that are feasible."""
         nonlocal evaluated, incumbent
-        figures = model.figures(values, n.astype(np.float64), memory[index], names, noise)
-        evaluated += len(n)
-        feasible = figures[checked] <= deadline_s
-        found_n.append(n[feasible])
+        figures = model.figures(values, n[:, None], memory[index], names, noise)
+        evaluated += int(real.sum())
+        feasible = (figures[checked] <= deadline_s) & real
+        found_n.append(np.broadcast_to(n[:, None], index.shape)[feasible])
         found_m.append(index[feasible])
         found_t.append(figures[checked][feasible])
         found_c.append(figures["cost"][feasible])
         if feasible.any():
-            incumbent = min(incumbent, float(figures["cost"][feasible].min()))
+            incumbent = min(incumbent, float(found_c[-1].min()))
         return figures
 
     n = rows.astype(np.int64)
@@ -95,17 +85,25 @@ def enumerate_candidates(
     while len(n):
         leaf = hi - lo + 1 <= LEAF
         if leaf.any():
-            record(*_expand(n[leaf], lo[leaf], hi[leaf]))
-        n, lo, hi = _split(n[~leaf], lo[~leaf], hi[~leaf])
-        if not len(n):
-            break
-        at_end = record(n, hi)
+            points = lo[leaf, None] + _LEAF_POINT
+            inside = points <= hi[leaf, None]
+            record(n[leaf], np.minimum(points, hi[leaf, None]), inside)
+            n, lo, hi = n[~leaf], lo[~leaf], hi[~leaf]
+            if not len(n):
+                break
+        # PIECES contiguous pieces per interval, one row each: [starts, ends] (inclusive).
+        width = (hi - lo + 1)[:, None]
+        starts = lo[:, None] + (_PIECE * width) // PIECES
+        ends = lo[:, None] + ((_PIECE + 1) * width) // PIECES - 1
+        at_end = record(n, ends, np.ones(ends.shape, dtype=np.bool_))
         floor = model_bounds.cost_lower_bound(
-            values, n.astype(np.float64), memory[lo], at_end["time"], at_end["restarts"]
+            values, n[:, None].astype(np.float64), memory[starts], at_end["time"],
+            at_end["restarts"],
         )
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
-        keep &= hi > lo  # a one-point piece was evaluated exactly just now
-        n, lo, hi = n[keep], lo[keep], hi[keep]
+        keep &= ends > starts  # a one-point piece was evaluated exactly just now
+        n = np.broadcast_to(n[:, None], keep.shape)[keep]
+        lo, hi = starts[keep], ends[keep]
     return Candidates(
         np.concatenate(found_n), np.concatenate(found_m), np.concatenate(found_t),
         np.concatenate(found_c), evaluated,
@@ -129,3 +127,46 @@ def canonical(time: Array, cost: Array, functions: Index, memory: Index) -> int:
     tied = np.flatnonzero(cost <= cost.min() * (1 + TIE_RTOL))
     order = np.lexsort((memory[tied], functions[tied], time[tied]))
     return int(tied[order[0]])
+
+
+def _choices(best: int, rivals: Index, value: Array, floor: float) -> tuple[Index, Array]:
+    """`best` then `rivals`, with their excess of `value` over `floor` in units of TIE_RTOL."""
+    chosen = np.concatenate(([best], rivals)).astype(np.int64)
+    if not len(rivals):
+        return chosen, np.zeros(1)
+    objective = (value[chosen] - floor) / (floor * TIE_RTOL)
+    objective[0] = 0.0
+    return chosen, objective
+
+
+def cheapest_choices(
+    time: Array, cost: Array, functions: Index, memory: Index
+) -> tuple[Index, Array]:
+    """The feasible plans left to choose among, and the objective that makes the tie rule exact.
+
+    The tie rule's plan (`canonical`) stands for every plan within TIE_RTOL of the least cost:
+    those cost the same by the rule and are no faster, so they are no choice. The rest of the
+    Pareto front costs more than that by more than the rule's margin; the objective is a
+    plan's cost above the least in units of the margin: 0 for the rule's plan, above 1 for the
+    others. Returns indices into the arrays (the rule's plan first) and the objective.
+    """
+    best = canonical(time, cost, functions, memory)
+    front = pareto(time, cost, functions, memory)
+    least = float(cost.min())
+    return _choices(best, front[cost[front] > least * (1 + TIE_RTOL)], cost, least)
+
+
+def fastest_choices(
+    time: Array, cost: Array, functions: Index, memory: Index
+) -> tuple[Index, Array]:
+    """The fastest plan and the Pareto plans within PRUNE_RTOL of its time (no plan meets the
+    deadline), with their time above the fastest in units of TIE_RTOL as the objective.
+
+    Equal times go to the cheaper plan, then fewer functions, then less memory (the Pareto
+    front's order), so its first plan is DESIGN.md's answer and every other is slower: at
+    least one ulp, ≥ 1e-4 in these units.
+    """
+    front = pareto(time, cost, functions, memory)
+    fastest = float(time[front[0]])
+    rivals = front[1:][time[front[1:]] <= fastest * (1 + PRUNE_RTOL)]
+    return _choices(int(front[0]), rivals, time, fastest)

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import MAX_SECONDS, load_instance
 from lambdadnn.solver.pipeline import InstanceLike, solve
 from lambdadnn.solver.plan import Plan
 
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
 
 def deadline_range(instance: InstanceLike) -> tuple[float, float]:
-    """From the fastest achievable time to four times it (or the instance's deadline if later)."""
+    """From the fastest achievable time to four times it (or the instance's deadline if later),
+    within the largest deadline the loader accepts."""
     loaded = load_instance(instance)
     fastest = solve(loaded, deadline_s=1e-9).time_s
-    return fastest, max(4 * fastest, loaded.objective.deadline_s)
+    if not fastest < MAX_SECONDS:
+        raise InstanceError(
+            f"instance {brief(loaded.name)}: its fastest plan takes {fastest:.3g} s, beyond the "
+            f"largest deadline ({MAX_SECONDS:,.0f} s); check its workload and profile"
+        )
+    return fastest, min(max(4 * fastest, loaded.objective.deadline_s), MAX_SECONDS)
 
 
 def frontier(instance: InstanceLike, deadlines: Sequence[float]) -> list[Plan]:
@@ -26,8 +37,33 @@ def frontier(instance: InstanceLike, deadlines: Sequence[float]) -> list[Plan]:
     return [solve(loaded, deadline_s=deadline) for deadline in deadlines]
 
 
-def plot(plans: Sequence[Plan], path: Path) -> None:
-    """Cost against deadline (feasible plans), annotated with n × m, saved as an image."""
+def plot_path(path: Path) -> Path:
+    """Where `plot` writes for `path` (`.png` added when it has no suffix), checked so that a
+    path that cannot be written fails before any solving: a PNG, PDF or SVG in an existing,
+    writable folder."""
+    if not path.suffix:
+        path = path.with_name(f"{path.name}.png")
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise InstanceError(
+            f"`--plot` must end in {', '.join(PLOT_SUFFIXES)} (or have no suffix: .png is "
+            f"added), got {brief(path.name)}"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise InstanceError(
+            f"`--plot` must be in an existing folder; {brief(str(folder), 80)} is none"
+        )
+    if path.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        raise InstanceError(f"`--plot` cannot write {brief(str(path), 80)}; choose another path")
+    return path
+
+
+def plot(plans: Sequence[Plan], path: Path) -> Path:
+    """Cost against deadline (feasible plans), annotated with n × m, saved as an image; the
+    path written (see `plot_path`) is returned."""
+    path = plot_path(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,8 +88,13 @@ def plot(plans: Sequence[Plan], path: Path) -> None:
     figure.tight_layout()
     try:
         figure.savefig(path)
-    except OSError as error:
-        raise InstanceError(f"`--plot` cannot write {str(path)!r}: {error.strerror}") from None
+    except OSError as error:  # a full disk, a quota: leave no truncated image behind
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise InstanceError(
+            f"`--plot` cannot write {brief(str(path), 80)}: {error.strerror or 'I/O error'}"
+        ) from None
     finally:
         plt.close(figure)
+    return path
 

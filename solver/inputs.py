@@ -8,6 +8,7 @@ so no message echoes more than a few escaped characters of it.
 
 from __future__ import annotations
 
+import numbers
 import os
 import stat
 from pathlib import Path
@@ -23,14 +24,19 @@ def brief(value: object, limit: int = BRIEF_CHARS) -> str:
     """`repr`-escaped text of at most about `limit` characters; no line breaks, no control
     characters, and never the full expansion of a large value."""
     if isinstance(value, (str, bytes)):
-        head = value[: limit + 1]
-    elif isinstance(value, (int, float, bool)) or value is None:
-        head = value
-    else:  # containers: name the type, never walk them (an alias bomb expands to gigabytes)
-        return f"a {type(value).__name__}"
-    if isinstance(head, int) and not isinstance(head, bool) and head.bit_length() > 4 * limit:
-        return f"an integer of about {int(head.bit_length() * 0.30103):,} digits"
-    shown = repr(head)
+        return _cut(repr(value[: limit + 1]), limit)
+    if isinstance(value, numbers.Integral) and int(value).bit_length() > 4 * limit:
+        return f"an integer of about {int(int(value).bit_length() * 0.30103):,} digits"
+    if value is None or isinstance(value, numbers.Number):  # numpy's numbers too
+        try:
+            return _cut(repr(value), limit)
+        except ValueError:  # a Fraction of more digits than Python converts to text
+            pass
+    # A container (an alias bomb expands to gigabytes) or an object: named, never walked.
+    return f"a {type(value).__name__}"
+
+
+def _cut(shown: str, limit: int) -> str:
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 

@@ -13,17 +13,40 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import yaml
+
 from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.inputs import brief, read_text
 from lambdadnn.solver.shipped import names, platforms_folder
+
+try:
+    from yaml import CSafeLoader as _SafeLoader
+except ImportError:  # PyYAML built without libyaml: the same loader in pure Python, slower
+    from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 MAX_GRID_POINTS = 1_000_000
 MAX_CONCURRENCY = 1_000_000
 MAX_INTEGER = 10**12  # far beyond any real job; models.performance.BATCH_SLACK relies on it
+# Caps on physical magnitudes. Each is orders of magnitude beyond any real job or cloud, yet
+# keeps the model's products (e.g. epochs x samples x model size / bandwidth) far inside the
+# float range, so absurd input is refused here, naming its field, instead of overflowing in
+# the solver.
+MAX_MEGABYTES = 10**7  # 10 TB: model and dataset sizes, memory sizes (Lambda offers 10 GB)
+MAX_RATE = 1e7  # samples/s and MB/s, and their per-MB slopes: beyond any machine or link
+MAX_PRICE_USD = 1e6  # per GB-second, request or hour: a million times any cloud price
+MAX_SECONDS = 1e9  # about 32 years: deadlines, timeouts, margins and restart overheads
+# Bounds on a YAML document before it is turned into Python objects: an instance is about 50
+# values, 4 levels deep, with integers of at most 13 digits. Counting through aliases bounds
+# an alias bomb (1 KB expanding to gigabytes); the digit limit keeps clear of Python's own
+# limit on converting long integers (4,300 digits), which would raise a bare ValueError.
+MAX_YAML_VALUES = 10_000
+MAX_YAML_DEPTH = 32
+MAX_INTEGER_CHARS = 100
+MAX_TEXT_CHARS = 100  # names appear in every table and message
 
 
 @dataclass(frozen=True)
@@ -161,31 +184,35 @@ Check = Callable[[str, Any], Any]
 
 
 def _fail(path: str, value: Any, need: str, fix: str = "") -> InstanceError:
-    shown = repr(value) if not isinstance(value, Mapping) else "a mapping"
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
     tail = f"; {fix}" if fix else ""
-    return InstanceError(f"`{path}` must be {need}, got {shown}{tail}")
+    return InstanceError(f"`{path}` must be {need}, got {brief(value)}{tail}")
 
 
-def _number(*, minimum: float | None = None, strict: bool = True, fix: str = "") -> Check:
-    if minimum is None:
-        need = "a finite number"
-    elif strict:
-        need = "a positive number" if minimum == 0 else f"a number greater than {minimum:g}"
-    else:
-        need = "a number ≥ 0" if minimum == 0 else f"a number ≥ {minimum:g}"
+def _finite(value: Any) -> float | None:
+    """`value` as a finite float, or None: a bool, a non-real, NaN, ±inf or beyond float range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):  # 10**400, a Fraction beyond float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _number(
+    maximum: float, *, sign: Literal["positive", "non-negative", "any"] = "positive", fix: str = ""
+) -> Check:
+    top = f"{maximum:,.0f}"
+    need = {
+        "positive": f"a positive number ≤ {top}",
+        "non-negative": f"a number from 0 to {top}",
+        "any": f"a number from -{top} to {top}",
+    }[sign]
+    low = -maximum if sign == "any" else 0.0
 
     def check(path: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise _fail(path, value, need, fix)
-        try:
-            number = float(value)
-        except OverflowError:
-            raise _fail(path, value, need, fix) from None
-        if not math.isfinite(number):
-            raise _fail(path, value, need, fix)
-        if minimum is not None and (number <= minimum if strict else number < minimum):
+        number = _finite(value)
+        if number is None or not low <= number <= maximum or (sign == "positive" and number == 0):
             raise _fail(path, value, need, fix)
         return number
 
@@ -196,14 +223,13 @@ def _integer(*, maximum: int = MAX_INTEGER, fix: str = "") -> Check:
     need = f"a positive integer ≤ {maximum:,}"
 
     def check(path: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise _fail(path, value, need, fix)
-        if isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             whole = int(value)
-        elif math.isfinite(float(value)) and float(value).is_integer():
-            whole = int(float(value))
         else:
-            raise _fail(path, value, need, fix)
+            number = _finite(value)
+            if number is None or not number.is_integer():
+                raise _fail(path, value, need, fix)
+            whole = int(number)
         if not 1 <= whole <= maximum:
             raise _fail(path, value, need, fix)
         return whole
@@ -212,25 +238,77 @@ def _integer(*, maximum: int = MAX_INTEGER, fix: str = "") -> Check:
 
 
 def _text(path: str, value: Any) -> str:
+    """A name: shown in every table and message, so one printable line of bounded length."""
     if not isinstance(value, str) or not value.strip():
         raise _fail(path, value, "a non-empty string")
+    if len(value) > MAX_TEXT_CHARS or not value.isprintable():
+        raise _fail(path, value, f"one line of at most {MAX_TEXT_CHARS} printable characters")
     return value
 
 
+def positive_number(name: str, value: object, maximum: float) -> float:
+    """An argument given in-process or on the command line (`deadline_s`, `--from`), checked
+    like the file's fields: any real number type (numpy's too), finite, in (0, maximum]."""
+    result: float = _number(maximum)(name, value)
+    return result
+
+
+def plan_size(functions: object, memory_mb: object) -> tuple[int, int]:
+    """A plan given in-process (`evaluate`): positive integers of any integral type (numpy's
+    too, or a float such as 512.0), within the loader's caps on concurrency and memory."""
+    return (
+        _integer(maximum=MAX_CONCURRENCY)("functions", functions),
+        _integer(maximum=MAX_MEGABYTES)("memory_mb", memory_mb),
+    )
+
+
+def probability(name: str, value: object) -> float:
+    """A probability strictly between 0 and 1 (`guarantee`), of any real number type."""
+    number = _finite(value)
+    if number is None or not 0 < number < 1:
+        raise _fail(name, value, "a probability strictly between 0 and 1")
+    return number
+
+
+def _key(key: Any) -> str:
+    """A key as shown in a message: as is when it is a short printable string, else quoted
+    briefly and escaped (a key may be anything from any file, a secret or a 4 MB string)."""
+    if isinstance(key, str) and key.isprintable() and 0 < len(key) <= 40:
+        return key
+    return brief(key)
+
+
+def _where(path: str, key: Any) -> str:
+    return f"{path}.{_key(key)}" if path else _key(key)
+
+
 def _section(
-    path: str, value: Any, fields: Mapping[str, Check], optional: frozenset[str] = frozenset()
+    path: str, value: Any, fields: Mapping[str, Check], optional: frozenset[str] = frozenset(),
+    *, document: str | None = None,
 ) -> dict[str, Any]:
-    """Check a mapping field by field: unknown keys, missing keys and each value's check."""
+    """Check a mapping field by field: unknown keys, missing keys and each value's check.
+
+    `document` describes a whole file ("file 'x.yaml' is not an instance"): one that is not a
+    mapping or has none of the known keys may be any file at all (a key file, /etc/shadow), so
+    it is refused without quoting a byte of it.
+    """
+    wanted = f"a mapping with the keys {', '.join(fields)}"
+    if document is not None and not (
+        isinstance(value, Mapping) and any(isinstance(key, str) and key in fields for key in value)
+    ):
+        got = (
+            "a mapping with none of them" if isinstance(value, Mapping)
+            else "nothing" if value is None else f"a {type(value).__name__}"
+        )
+        raise InstanceError(f"{document}: it must be {wanted}, got {got}")
     if not isinstance(value, Mapping):
-        raise _fail(path, value, f"a mapping with the keys {', '.join(fields)}")
+        raise _fail(path, value, wanted)
     for key in value:
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            short = isinstance(key, str) and len(key) <= 100
+            close = difflib.get_close_matches(key, list(fields), n=1) if short else []
             hint = f"did you mean `{close[0]}`?" if close else f"known: {', '.join(fields)}"
-            one_line = isinstance(key, str) and key.splitlines() == [key]
-            shown = key if one_line else repr(key)
-            where = f"{path}.{shown}" if path else str(shown)
-            raise InstanceError(f"`{where}` is not a known field; {hint}")
+            raise InstanceError(f"`{_where(path, key)}` is not a known field; {hint}")
     checked: dict[str, Any] = {}
     for key, check in fields.items():
         where = f"{path}.{key}" if path else key
@@ -243,7 +321,8 @@ def _section(
 
 
 def _memory_grid(path: str, value: Any) -> MemoryGrid:
-    fields = {"min": _integer(), "max": _integer(), "step": _integer()}
+    size = _integer(maximum=MAX_MEGABYTES)
+    fields = {"min": size, "max": size, "step": size}
     raw = _section(path, value, fields)
     if raw["min"] > raw["max"]:
         raise InstanceError(
@@ -257,18 +336,19 @@ def _memory_grid(path: str, value: Any) -> MemoryGrid:
     return grid
 
 
-def _platform(path: str, value: Any) -> Platform:
+def _platform(path: str, value: Any, document: str | None = None) -> Platform:
+    price = _number(MAX_PRICE_USD, sign="non-negative")
     fields: dict[str, Check] = {
         "name": _text,
         "memory_mb": _memory_grid,
-        "price_per_gb_second": _number(minimum=0, strict=False),
-        "price_per_request": _number(minimum=0, strict=False),
-        "timeout_s": _number(minimum=0),
-        "timeout_margin_s": _number(minimum=0, strict=False),
-        "restart_overhead_s": _number(minimum=0, strict=False),
+        "price_per_gb_second": price,
+        "price_per_request": price,
+        "timeout_s": _number(MAX_SECONDS),
+        "timeout_margin_s": _number(MAX_SECONDS, sign="non-negative"),
+        "restart_overhead_s": _number(MAX_SECONDS, sign="non-negative"),
         "max_concurrency": _integer(maximum=MAX_CONCURRENCY),
     }
-    raw = _section(path, value, fields)
+    raw = _section(path, value, fields, document=document)
     if raw["timeout_margin_s"] >= raw["timeout_s"]:
         raise InstanceError(
             f"`{path}.timeout_margin_s` ({raw['timeout_margin_s']:g}) must be less than "
@@ -289,13 +369,13 @@ def _platform(path: str, value: Any) -> Platform:
 
 def _workload(path: str, value: Any) -> Workload:
     fields: dict[str, Check] = {
-        "model_size_mb": _number(minimum=0),
-        "dataset_size_mb": _number(minimum=0),
+        "model_size_mb": _number(MAX_MEGABYTES),
+        "dataset_size_mb": _number(MAX_MEGABYTES),
         "samples": _integer(),
         "epochs": _integer(),
         "local_batch": _integer(),
         "max_global_batch": _integer(),
-        "min_memory_mb": _number(minimum=0),
+        "min_memory_mb": _number(MAX_MEGABYTES),
     }
     return Workload(**_section(path, value, fields, frozenset({"min_memory_mb"})))
 
@@ -305,17 +385,17 @@ def _profile(path: str, value: Any) -> Profile:
 
     def rate(where: str, raw: Any) -> RateProfile:
         fields: dict[str, Check] = {
-            "slope": _number(minimum=0, strict=False, fix=slope_fix),
-            "intercept": _number(),
-            "saturates_at_mb": _number(minimum=0),
+            "slope": _number(MAX_RATE, sign="non-negative", fix=slope_fix),
+            "intercept": _number(MAX_RATE, sign="any"),
+            "saturates_at_mb": _number(MAX_MEGABYTES),
         }
         return RateProfile(**_section(where, raw, fields, frozenset({"saturates_at_mb"})))
 
     def storage(where: str, raw: Any) -> StorageProfile:
         fields: dict[str, Check] = {
-            "slope": _number(minimum=0, strict=False, fix=slope_fix),
-            "intercept": _number(),
-            "max_mbps": _number(minimum=0),
+            "slope": _number(MAX_RATE, sign="non-negative", fix=slope_fix),
+            "intercept": _number(MAX_RATE, sign="any"),
+            "max_mbps": _number(MAX_RATE),
         }
         return StorageProfile(**_section(where, raw, fields))
 
@@ -325,15 +405,15 @@ def _profile(path: str, value: Any) -> Profile:
 
 def _parameter_server(path: str, value: Any) -> ParameterServer:
     fields: dict[str, Check] = {
-        "bandwidth_mbps": _number(minimum=0),
-        "function_bandwidth_mbps": _number(minimum=0),
-        "price_per_hour": _number(minimum=0, strict=False),
+        "bandwidth_mbps": _number(MAX_RATE),
+        "function_bandwidth_mbps": _number(MAX_RATE),
+        "price_per_hour": _number(MAX_PRICE_USD, sign="non-negative"),
     }
     return ParameterServer(**_section(path, value, fields))
 
 
 def _objective(path: str, value: Any) -> Objective:
-    return Objective(**_section(path, value, {"deadline_s": _number(minimum=0)}))
+    return Objective(**_section(path, value, {"deadline_s": _number(MAX_SECONDS)}))
 
 
 def _limits(path: str, value: Any) -> Limits:
@@ -341,30 +421,130 @@ def _limits(path: str, value: Any) -> Limits:
     return Limits(**_section(path, value, fields, frozenset({"max_functions"})))
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file with the safe loader, turning every failure into an `InstanceError`."""
+class _Loader(_SafeLoader):
+    """YAML's safe loader, stopping as soon as a document has more than `MAX_YAML_VALUES` nodes
+    (the parser resolves the tag of each new one), so a 4 MB list is refused in milliseconds."""
+
+    def __init__(self, text: str, shown: str) -> None:
+        super().__init__(text)
+        self.shown, self.nodes = shown, 0
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_YAML_VALUES:
+            raise _too_many(self.shown)
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _too_many(shown: str) -> InstanceError:
+    return InstanceError(
+        f"file {shown} has more than {MAX_YAML_VALUES:,} values, counting each alias as the "
+        "values it repeats (an instance has about 50); is it the right file?"
+    )
+
+
+def _check_scalar(loader: _Loader, node: yaml.ScalarNode, where: str, shown: str) -> None:
+    """Construct one scalar, where its path is known: an overlong integer, or a value its tag
+    does not fit (`!!int abc`, `2001-02-30`), is named instead of raising from PyYAML."""
+    line = f"line {node.start_mark.line + 1} of file {shown}"
+    if node.tag == _INT_TAG and len(node.value) > MAX_INTEGER_CHARS:
+        raise InstanceError(
+            f"`{where}` ({line}) is an integer of {len(node.value):,} characters; no field "
+            f"takes more than {len(str(MAX_INTEGER))} digits"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InstanceError(f"file `{path}` does not exist; check the path") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise InstanceError(f"file `{path}` cannot be read: {error}") from None
+        loader.construct_object(node)
+    except yaml.YAMLError:
+        raise
+    except Exception:  # PyYAML's constructors raise ValueError, KeyError, AttributeError...
+        kind = node.tag.rsplit(":", 1)[-1]
+        raise InstanceError(
+            f"`{where}` ({line}) is not a valid YAML {brief(kind, 20)}; write it plainly"
+        ) from None
+
+
+def _check_tree(loader: _Loader, root: yaml.Node, shown: str) -> None:
+    """Walk the document as it will be built, aliases expanded: refuse more than
+    `MAX_YAML_VALUES` values or `MAX_YAML_DEPTH` levels (an alias bomb, a cycle) and duplicate
+    keys (YAML would keep the last one silently), and construct every scalar on the way."""
+    stack: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
+    visited = 0
+    while stack:
+        node, parts = stack.pop()
+        visited += 1
+        if visited > MAX_YAML_VALUES:
+            raise _too_many(shown)
+        if len(parts) > MAX_YAML_DEPTH:
+            under = "".join(parts[:2]).removeprefix(".")
+            raise InstanceError(
+                f"file {shown} nests more than {MAX_YAML_DEPTH} levels deep (under `{under}`); "
+                "an instance has 4"
+            )
+        if isinstance(node, yaml.ScalarNode):
+            _check_scalar(loader, node, "".join(parts).removeprefix(".") or "(top)", shown)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, (*parts, f"[{i}]")) for i, child in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):  # YAML refuses it: unhashable
+                    stack.extend([(key, (*parts, ".(key)")), (value, (*parts, ".(key)"))])
+                    continue
+                if key.tag == _MERGE_TAG:  # `<<: *base`, whose keys explicit ones override
+                    stack.append((value, parts))
+                    continue
+                child = (*parts, f".{_key(key.value)}")
+                line, first = key.start_mark.line + 1, lines.get((key.tag, key.value))
+                if first is not None:
+                    on = f"on line {line}" if first == line else f"on lines {first} and {line}"
+                    raise InstanceError(
+                        f"`{''.join(child).removeprefix('.')}` appears twice in file {shown} "
+                        f"({on}); keep one"
+                    )
+                lines[key.tag, key.value] = line
+                stack.extend([(key, child), (value, child)])
+
+
+def _problem(error: yaml.YAMLError) -> str:
+    """PyYAML's description of a syntax error, without the text it quotes (an anchor, a tag:
+    content of a file that may be anything)."""
+    problem = getattr(error, "problem", None) or getattr(error, "reason", None) or ""
+    words = " ".join(problem.split("'")[0].split('"')[0].split())
+    return words[:80] or "syntax error"
+
+
+def read_yaml(path: Path, *, what: str = "an instance YAML") -> Any:
+    """A YAML file parsed with the safe loader, bounded at every step, every failure one
+    `InstanceError`: a regular file of at most 4 MB (`read_text`), at most `MAX_YAML_VALUES`
+    values with aliases expanded, `MAX_YAML_DEPTH` levels, no duplicate keys."""
+    text = read_text(path, what=what)
+    shown = brief(str(path), 80)
+    loader = _Loader(text, shown)
     try:
-        return yaml.safe_load(text)
-    except RecursionError:
-        raise InstanceError(f"file `{path}` nests too deeply to be an instance") from None
+        root = loader.get_single_node()
+        if root is None:  # an empty file
+            return None
+        _check_tree(loader, root, shown)
+        return loader.construct_document(root)
+    except RecursionError:  # the pure-Python parser nests a call per level
+        raise InstanceError(f"file {shown} nests too deeply to be an instance") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "syntax error"
-        raise InstanceError(f"file `{path}` is not valid YAML{where}: {problem}") from None
+        raise InstanceError(f"file {shown} is not valid YAML{where}: {_problem(error)}") from None
+    finally:
+        loader.dispose()
 
 
 def platform_path(name: str, search: Path | None = None) -> Path:
     """Where a platform named in an instance lives: beside the instance first, then shipped."""
     if "/" in name or "\\" in name or name.startswith("."):
         raise InstanceError(
-            f"`platform` must be a platform name such as `aws-lambda-x86_64`, got {name!r}"
+            f"`platform` must be a platform name such as `aws-lambda-x86_64`, got {brief(name)}"
         )
     folders = ([search / "platforms", search] if search else []) + [platforms_folder()]
     for folder in folders:
@@ -376,7 +556,7 @@ def platform_path(name: str, search: Path | None = None) -> Path:
             continue
     known = names(platforms_folder())
     raise InstanceError(
-        f"`platform` {name!r} is not a known platform; use one of {', '.join(known)} "
+        f"`platform` {brief(name)} is not a known platform; use one of {', '.join(known)} "
         "or give the platform inline as a mapping"
     )
 
@@ -386,9 +566,15 @@ def _resolve_platform(value: Any, search: Path | None) -> Platform:
         return _platform("platform", value)
     source = platform_path(value, search)
     try:
-        return _platform("platform", read_yaml(source))
+        raw = read_yaml(source, what="a platform YAML")
     except InstanceError as error:
-        raise InstanceError(f"{error} (in `{source}`)") from None
+        raise InstanceError(f"`platform` {brief(value)}: {error}") from None
+    try:
+        return _platform("platform", raw, document=f"`platform` {brief(value)} is no platform")
+    except InstanceError as error:
+        raise InstanceError(f"{error} (in {brief(str(source), 80)})") from None
+
+
 
 
 def load_instance(
@@ -405,20 +591,17 @@ def load_instance(
         )
     search: Path | None = None
     default_name = "instance"
+    document = "not an instance"
     if isinstance(source, (str, Path)):
         path = Path(source)
+        raw = read_yaml(path)  # first: it refuses a symlink loop, a FIFO, a device in one line
+        document = f"file {brief(str(path), 80)} is not an instance"
         try:
             search, default_name = path.resolve().parent, path.stem
-        except (OSError, ValueError) as error:
-            raise InstanceError(f"`{source!s:.60}` is not a usable path: {error}") from None
-        raw = read_yaml(path)
+        except (OSError, RuntimeError):  # the file was replaced by a symlink loop since it was read
+            raise InstanceError(f"{document}: its path cannot be resolved") from None
     else:
         raw = source
-    if not isinstance(raw, Mapping):
-        raise InstanceError(
-            "an instance must be a mapping with the keys platform, workload, profile, "
-            f"parameter_server, objective (and optionally name, limits), got {type(raw).__name__}"
-        )
     fields: dict[str, Check] = {
         "name": _text,
         "platform": lambda _path, value: value,
@@ -428,7 +611,7 @@ def load_instance(
         "objective": _objective,
         "limits": _limits,
     }
-    checked = _section("", raw, fields, frozenset({"name", "limits"}))
+    checked = _section("", raw, fields, frozenset({"name", "limits"}), document=document)
     chosen = platform if platform is not None else checked["platform"]
     if not isinstance(chosen, (str, Mapping)):
         raise _fail("platform", chosen, "a platform name or a mapping")

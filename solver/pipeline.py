@@ -10,18 +10,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
 from lambdadnn.models import bounds as model_bounds
 from lambdadnn.models import performance as model
 from lambdadnn.models.noise import NoiseModel, PlanningNoise, planning_noise
 from lambdadnn.solver.candidates import (
     PRUNE_RTOL,
-    TIE_RTOL,
-    canonical,
+    cheapest_choices,
     enumerate_candidates,
-    pareto,
+    fastest_choices,
 )
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
-from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import (
+    MAX_SECONDS,
+    Instance,
+    load_instance,
+    plan_size,
+    positive_number,
+    probability,
+)
 from lambdadnn.solver.plan import (
     CostBreakdown,
     Evaluation,
@@ -38,11 +47,8 @@ InstanceLike = Instance | Mapping[str, Any] | str | Path
 def _with_deadline(instance: Instance, deadline_s: float | None) -> Instance:
     if deadline_s is None:
         return instance
-    if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not (
-        math.isfinite(deadline_s) and deadline_s > 0
-    ):
-        raise InstanceError(f"`deadline_s` must be a positive number, got {deadline_s!r}")
-    objective = dataclasses.replace(instance.objective, deadline_s=float(deadline_s))
+    checked = positive_number("deadline_s", deadline_s, MAX_SECONDS)
+    objective = dataclasses.replace(instance.objective, deadline_s=checked)
     return dataclasses.replace(instance, objective=objective)
 
 
@@ -66,10 +72,9 @@ def _evaluation(
         violations.append(f"the local batch {figure['local_batch']:.4g} is below 1")
     valid = not violations
     deadline = instance.objective.deadline_s
-    if valid and figure["deadline_time"] > deadline:
-        violations.append(
-            f"it takes {figure['deadline_time']:.1f} s, past the deadline of {deadline:g} s"
-        )
+    checked = figure[model.deadline_figure(noise)]  # the very figure the search compares
+    if valid and checked > deadline:
+        violations.append(f"it takes {checked:.1f} s, past the deadline of {deadline:g} s")
     if functions > instance.max_functions:
         violations.append(f"{functions} functions exceed the limit of {instance.max_functions}")
     if memory_mb < instance.min_memory_mb:
@@ -92,7 +97,7 @@ def _evaluation(
         time_s=figure["time"],
         cost_usd=figure["cost"],
         deadline_s=deadline,
-        deadline_time_s=figure["deadline_time"],
+        deadline_time_s=checked,
         local_batch=figure["local_batch"],
         global_batch=figure["global_batch"],
         iterations=figure["iterations"],
@@ -125,41 +130,68 @@ def _no_valid_plan(instance: Instance) -> str:
     return f"instance {instance.name!r} has no valid plan: {reason}"
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InstanceError(f"`{name}` must be a positive integer, got {value!r}")
-    return int(value)
+def _extreme_input(instance: Instance) -> tuple[str, float]:
+    """The instance's number farthest from 1 in magnitude, by its YAML field: the likely cause
+    when the model overflows (the deadline, the limits and the memory grid, all capped by the
+    loader, do not count)."""
+    found: list[tuple[str, float]] = []
+
+    def walk(path: str, section: Any) -> None:
+        for field in dataclasses.fields(section):
+            value = getattr(section, field.name)
+            if dataclasses.is_dataclass(value) and field.name != "memory":
+                walk(f"{path}.{field.name}", value)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+                found.append((f"{path}.{field.name}", value))
+
+    for section in ("platform", "workload", "profile", "parameter_server"):
+        walk(section, getattr(instance, section))
+    return max(found, key=lambda item: abs(math.log10(abs(item[1]))), default=("workload", 0.0))
+
+
+def _require_finite(
+    instance: Instance, figure: str, values: npt.NDArray[np.float64],
+    functions: npt.NDArray[np.int64], memory_mb: npt.NDArray[np.float64],
+) -> None:
+    """Raise one `InstanceError` naming the likely field when the model overflowed (inf, NaN)."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        first = int(bad[0])
+        field, value = _extreme_input(instance)
+        raise InstanceError(
+            f"instance {brief(instance.name)}: the model's {figure} is {float(values[first])} "
+            f"for {int(functions[first])} × {float(memory_mb[first]):g} MB (a float overflow); "
+            f"the input farthest from ordinary magnitudes is `{field}` = {brief(value)}: give "
+            "it a realistic value"
+        )
 
 
 def evaluate(instance: InstanceLike, *, functions: int, memory_mb: int) -> Evaluation:
     """The model's figures for any plan, feasible or not (`valid`, `feasible`, `violations`)."""
-    loaded = load_instance(instance)
-    return _evaluation(
-        loaded, _positive_int("functions", functions), _positive_int("memory_mb", memory_mb)
-    )
+    n, m = plan_size(functions, memory_mb)
+    return _evaluation(load_instance(instance), n, m)
 
 
 def _planning_noise(
     instance: Instance, guarantee: float | None, noise: NoiseModel | None
 ) -> PlanningNoise | None:
+    if noise is not None and not isinstance(noise, NoiseModel):
+        raise InstanceError(
+            f"`noise` must be a lambdadnn.models.noise.NoiseModel, got {brief(noise)}"
+        )
     if guarantee is None:
         if noise is not None:
             raise InstanceError("`noise` is only used with `guarantee`; pass both or neither")
         return None
-    if isinstance(guarantee, bool) or not isinstance(guarantee, (int, float)) or not (
-        0 < guarantee < 1
-    ):
-        raise InstanceError(
-            f"`guarantee` must be a probability strictly between 0 and 1, got {guarantee!r}"
-        )
-    return planning_noise(noise or NoiseModel(), float(guarantee), instance.max_functions)
+    share = probability("guarantee", guarantee)
+    return planning_noise(noise or NoiseModel(), share, instance.max_functions)
 
 
 def solve(
     instance: InstanceLike, *, platform: str | None = None, deadline_s: float | None = None,
     guarantee: float | None = None, noise: NoiseModel | None = None,
 ) -> Plan:
-    """The cheapest plan that meets the deadline over the whole grid, proven by HiGHS.
+    """The cheapest plan that meets the deadline over the whole grid, proven optimal.
 
     `instance` is an `Instance`, a mapping in the YAML schema or a path to a YAML file;
     `platform` replaces its platform by name and `deadline_s` its deadline. When no plan
@@ -167,8 +199,11 @@ def solve(
     With `guarantee=p` the plan meets the deadline in at least a share p of runs under the
     noise model (`noise`, default `NoiseModel()`): the deadline is checked against the
     p-quantile of the training time, the cost is the expected one.
-    Raises `InstanceError` for bad input, `NoValidPlanError` when no plan is valid at all,
-    `SolverError` when HiGHS does not prove an optimum or the re-check fails.
+    The exact enumeration chooses when one plan is left after DESIGN.md's tie rule, else
+    HiGHS does (`plan.selected_by`).
+    Raises `InstanceError` for bad input (naming the likely field when the model overflows),
+    `NoValidPlanError` when no plan is valid at all, `SolverError` when HiGHS does not prove
+    an optimum or the re-check fails.
     """
     started = time.perf_counter()
     loaded = _with_deadline(load_instance(instance, platform=platform), deadline_s)
@@ -188,44 +223,35 @@ def solve(
             values, memory, rows, box.m_lo, box.m_hi, deadline, planning
         )
         n, index, t, c = found.functions, found.memory_index, found.time, found.cost
-        # Only plans the cost bound cannot rule out reach the model: the rest cost provably more
-        # than the incumbent, a feasible plan.
+        _require_finite(loaded, "cost", c, n, memory[index])
+        # Only plans the cost bound cannot rule out reach the choice: the rest cost provably
+        # more than the incumbent, a feasible plan.
         competitive = c <= c.min() * (1 + PRUNE_RTOL)
         n, index, t, c = n[competitive], index[competitive], t[competitive], c[competitive]
-        front = pareto(t, c, n, index)
-        selection = select(c[front], t[front], deadline_s=deadline)
-        chosen = canonical(t, c, n, index)
-        picked_cost = float(c[front][selection.index])
-        if picked_cost > float(c[chosen]) * (1 + PRUNE_RTOL):
-            raise SolverError(
-                f"HiGHS chose a plan costing {picked_cost!r}, more than the cheapest "
-                f"candidate {float(c[chosen])!r}"
-            )
+        choices, objective = cheapest_choices(t, c, n, index)
         status: Status = "optimal"
-        evaluated, front_size = found.evaluated, len(front)
-        plan_n, plan_m, plan_t = int(n[chosen]), int(memory[index[chosen]]), float(t[chosen])
+        evaluated = found.evaluated
     else:
         n = box.functions
         t = box.envelope_time
+        index = np.full(len(n), box.m_hi, dtype=np.int64)
+        _require_finite(loaded, model.deadline_figure(planning), t, n, memory[index])
         c = model.figures(
             values, n.astype(np.float64), memory[box.m_hi], ("cost",), planning
         )["cost"]
-        index = np.full(len(n), box.m_hi, dtype=np.int64)
-        front = pareto(t, c, n, index)
-        selection = select(t[front], t[front], deadline_s=None)
-        fastest = np.flatnonzero(t == t.min())
-        chosen = int(fastest[np.lexsort((n[fastest], c[fastest]))[0]])
-        if float(t[front][selection.index]) > float(t[chosen]) * (1 + PRUNE_RTOL):
-            raise SolverError("HiGHS did not select the fastest plan of an infeasible instance")
+        _require_finite(loaded, "cost", c, n, memory[index])
+        choices, objective = fastest_choices(t, c, n, index)
         status = "infeasible"
-        evaluated, front_size = len(n), len(front)
-        plan_n, plan_m, plan_t = int(n[chosen]), int(memory[box.m_hi]), float(t[chosen])
+        evaluated = len(n)
+    selection = select(objective, t[choices], deadline_s=deadline if status == "optimal" else None)
+    chosen = int(choices[selection.index])
+    plan_n, plan_m, plan_t = int(n[chosen]), int(memory[index[chosen]]), float(t[chosen])
 
     checked = _evaluation(loaded, plan_n, plan_m, planning)
-    if not checked.valid or abs(checked.deadline_time_s - plan_t) > TIE_RTOL * plan_t:
+    if not checked.valid or checked.deadline_time_s != plan_t:
         raise SolverError(
             f"re-check failed: the model gives {checked.deadline_time_s!r} s for the chosen plan "
-            f"({plan_n} × {plan_m} MB), the enumeration {plan_t!r} s"
+            f"({plan_n} × {plan_m} MB), the search {plan_t!r} s"
         )
     if status == "optimal" and not checked.feasible:
         raise SolverError(f"re-check failed: the chosen plan is not feasible: {checked.violations}")
@@ -248,8 +274,9 @@ def solve(
         guarantee=guarantee,
         bounds=bounds,
         candidates_evaluated=evaluated,
-        pareto_candidates=front_size,
-        solver_status=selection.status,
+        pareto_candidates=len(choices),
+        selected_by=selection.selected_by,
+        solver_status=selection.solver_status,
         solve_seconds=time.perf_counter() - started,
     )
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from lambdadnn.models.bounds import Bounds
 
 Status = Literal["optimal", "infeasible"]
+SelectedBy = Literal["enumeration", "highs"]
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,11 @@ class Evaluation(PlanFigures):
 class Plan(PlanFigures):
     """The answer of `solve()`: the cheapest feasible plan, or the fastest one if none is.
 
-    `status` is the answer to the user's question; `solver_status` is HiGHS's termination
-    status for the selection model (linopy-style: the two are never conflated).
+    `status` is the answer to the user's question. `pareto_candidates` is how many plans were
+    left to choose among after DESIGN.md's tie rule; `selected_by` says who chose: the exact
+    enumeration when one was left, else HiGHS, whose termination status for the selection
+    model is `solver_status` (`not_run` when it was not needed; linopy-style, the two
+    statuses are never conflated).
     """
 
     status: Status
@@ -85,6 +89,7 @@ class Plan(PlanFigures):
     bounds: Bounds
     candidates_evaluated: int
     pareto_candidates: int
+    selected_by: SelectedBy
     solver_status: str
     solve_seconds: float
 

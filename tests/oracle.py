@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+
 from lambdadnn.solver.instance import Instance
 
 FloatArray = npt.NDArray[np.float64]

@@ -13,14 +13,18 @@ import json
 import os
 import random
 import socket
+import subprocess
+import sys
 import urllib.request
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+
 from lambdadnn.launcher.aws import (
     FUNCTION_TIMEOUT_S,
     HANDLER,
@@ -37,12 +41,20 @@ from lambdadnn.launcher.aws import (
     required_policy,
     run_aws,
 )
+from lambdadnn.launcher.spec import LaunchSpec
 from lambdadnn.solver.errors import LambdaDnnError
 
 REGION = "us-east-1"
 REDIS_URL = "redis://ps.internal.example:6379/0"  # only ever written into the function's config
-PLAN = {"functions": 3, "memory_mb": 2048, "time_s": 321.0, "iterations": 586.5,
-        "local_batch": 64.0, "restarts": 0}
+PLAN = LaunchSpec.from_mapping({"functions": 3, "memory_mb": 2048, "time_s": 321.0,
+                                "iterations": 586.5, "local_batch": 64.0, "restarts": 0,
+                                "status": "optimal", "platform": "aws-lambda-x86_64"})
+
+
+def spec(memory_mb: int, functions: int, platform: str = "aws-lambda-x86_64") -> LaunchSpec:
+    """A plan of `functions` × `memory_mb` for the deploy tests."""
+    return LaunchSpec(functions=functions, memory_mb=memory_mb, local_batch=32, iterations=10,
+                      time_s=60.0, restarts=0, platform=platform)
 TRUST_POLICY = json.dumps({"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"},
     "Action": "sts:AssumeRole"}]})
@@ -169,7 +181,7 @@ def test_deploy_sets_memory_timeout_environment_concurrency_and_layers(
     )["LayerVersionArn"]
     target = AwsTarget(target.function_name, target.role_arn, layers=(layer,))
     aws = launcher(client, target)
-    aws.deploy(1769, 3, REDIS_URL, "job-1")
+    aws.deploy(spec(1769, 3), REDIS_URL, "job-1")
     try:
         function = client.get_function(FunctionName=target.function_name)
         config = function["Configuration"]
@@ -190,10 +202,10 @@ def test_deploy_updates_an_existing_function_and_leaves_it_behind(
     client: Any, target: AwsTarget
 ) -> None:
     first = launcher(client, target)
-    first.deploy(1024, 2, REDIS_URL, "job-a")
+    first.deploy(spec(1024, 2), REDIS_URL, "job-a")
     recorded = Recording(client)
     second = launcher(recorded, target)
-    second.deploy(3008, 4, "redis://other.example:6379/0", "job-b")
+    second.deploy(spec(3008, 4), "redis://other.example:6379/0", "job-b")
     assert "UpdateFunctionConfiguration" in recorded.operations()
     assert "UpdateFunctionCode" in recorded.operations()
     function = client.get_function(FunctionName=target.function_name)
@@ -213,7 +225,7 @@ def test_deploy_from_a_container_image(client: Any, target: AwsTarget) -> None:
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lambdadnn:latest"
     target = AwsTarget(target.function_name, target.role_arn, image_uri=image)
     aws = launcher(client, target)
-    aws.deploy(2048, 2, REDIS_URL, "job-image")
+    aws.deploy(spec(2048, 2), REDIS_URL, "job-image")
     try:
         config = client.get_function(FunctionName=target.function_name)["Configuration"]
         assert config["PackageType"] == "Image"
@@ -223,9 +235,19 @@ def test_deploy_from_a_container_image(client: Any, target: AwsTarget) -> None:
         aws.cleanup()
 
 
-def test_deploy_refuses_memory_outside_lambdas_range(client: Any, target: AwsTarget) -> None:
-    with pytest.raises(AwsLaunchError, match="10240"):
-        launcher(client, target).deploy(20_000, 2, REDIS_URL, "job")
+def test_deploy_uses_the_architecture_of_the_plans_platform(
+    client: Any, target: AwsTarget
+) -> None:
+    recorded = Recording(client)
+    aws = launcher(recorded, target)
+    aws.deploy(spec(1024, 2, "aws-lambda-arm64"), REDIS_URL, "job-arm")
+    try:
+        config = client.get_function(FunctionName=target.function_name)["Configuration"]
+        assert config["Architectures"] == ["arm64"]
+    finally:
+        aws.cleanup()
+    create = next(c for c in recorded.calls if c.operation == "CreateFunction")
+    assert create.params["Architectures"] == ["arm64"]
 
 
 def test_target_checks_its_arguments(role_arn: str) -> None:
@@ -240,11 +262,24 @@ def test_target_checks_its_arguments(role_arn: str) -> None:
 def test_package_holds_the_handler_and_is_reproducible() -> None:
     archive = package_worker()
     names = zipfile.ZipFile(io.BytesIO(archive)).namelist()
-    assert "launcher/worker.py" in names
-    assert "launcher/aws.py" in names
-    assert "solver/errors.py" in names
-    assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
+    assert {"lambdadnn/__init__.py", "lambdadnn/launcher/__init__.py",
+            "lambdadnn/launcher/worker.py", "lambdadnn/launcher/channel.py",
+            "lambdadnn/models/errors.py", "lambdadnn/solver/inputs.py"} <= set(names)
+    assert all(name.startswith("lambdadnn/") for name in names)
+    assert not any("__pycache__" in name or "tests/" in name for name in names)
     assert package_worker() == archive
+
+
+def test_the_handler_imports_from_the_unzipped_package_alone(tmp_path: Path) -> None:
+    """As Lambda does: only the zip's folder on the path (torch etc. from the venv's layer)."""
+    zipfile.ZipFile(io.BytesIO(package_worker())).extractall(tmp_path)
+    module, function = HANDLER.rsplit(".", 1)
+    probe = (f"import {module} as m; assert callable(m.{function}); print(m.__file__)")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).is_relative_to(tmp_path)
 
 
 # -- invoke -----------------------------------------------------------------------------------
@@ -253,7 +288,7 @@ def test_package_holds_the_handler_and_is_reproducible() -> None:
 def test_invoke_all_makes_n_asynchronous_invocations_with_distinct_ranks(
     client: Any, target: AwsTarget
 ) -> None:
-    launcher(client, target).deploy(1024, 4, REDIS_URL, "job-ranks")
+    launcher(client, target).deploy(spec(1024, 4), REDIS_URL, "job-ranks")
     recorded = Recording(client)
     aws = launcher(recorded, target)
     try:
@@ -269,7 +304,7 @@ def test_invoke_all_makes_n_asynchronous_invocations_with_distinct_ranks(
 
 
 def test_throttling_is_retried_with_growing_backoff(client: Any, target: AwsTarget) -> None:
-    launcher(client, target).deploy(1024, 1, REDIS_URL, "job-throttle")
+    launcher(client, target).deploy(spec(1024, 1), REDIS_URL, "job-throttle")
     recorded = Recording(client, {"invoke": ["TooManyRequestsException"] * 2})
     clock = FakeClock()
     aws = launcher(recorded, target, clock)
@@ -395,7 +430,7 @@ def test_cleanup_deletes_the_function_and_ignores_only_not_found(
     client: Any, target: AwsTarget
 ) -> None:
     aws = launcher(client, target)
-    aws.deploy(512, 2, REDIS_URL, "job-clean")
+    aws.deploy(spec(512, 2), REDIS_URL, "job-clean")
     aws.cleanup()
     with pytest.raises(ClientError) as gone:
         client.get_function(FunctionName=target.function_name)
@@ -405,7 +440,7 @@ def test_cleanup_deletes_the_function_and_ignores_only_not_found(
     other = AwsTarget(f"{target.function_name}-b", target.role_arn)
     denied = Recording(client, {"delete_function": ["AccessDeniedException"]})
     aws = launcher(denied, other)
-    aws.deploy(512, 2, REDIS_URL, "job-clean")
+    aws.deploy(spec(512, 2), REDIS_URL, "job-clean")
     with pytest.raises(AwsLaunchError) as failure:
         aws.cleanup()
     assert failure.value.code == "AccessDeniedException"
@@ -432,12 +467,12 @@ def test_run_aws_deploys_invokes_follows_and_cleans_up(client: Any, target: AwsT
         channel_result=lambda: {"final_loss": 0.1, "test_accuracy": 0.95, "status": "ignored"},
         sleep=clock.sleep, clock=clock,
     )
-    assert report["status"] == "done"
-    assert report["iterations"] == 587
-    assert report["restarts"] == 0
-    assert report["predicted_time_s"] == 321.0
-    assert report["measured_time_s"] == 15.0  # three polls of 5 s before `done`
-    assert report["test_accuracy"] == 0.95
+    assert report.status == "done" and report.backend == "aws"
+    assert report.iterations == 587
+    assert report.restarts == 0
+    assert report.predicted_time_s == 321.0
+    assert report.measured_time_s == 15.0  # three polls of 5 s before `done`
+    assert report.test_accuracy == 0.95 and report.final_loss == 0.1
     invokes = [json.loads(c.params["Payload"]) for c in recorded.calls if c.operation == "Invoke"]
     assert sorted(event["rank"] for event in invokes) == [0, 1, 2]
     assert {event["iterations"] for event in invokes} == {587}
@@ -465,9 +500,10 @@ def test_run_aws_reinvokes_every_rank_after_a_timed_out_round(
         channel_progress=job.progress, channel_result=lambda: None,
         record_restart=record_restart, sleep=clock.sleep, clock=clock,
     )
-    assert report["restarts"] == len(restarts) == 1
-    assert report["invocations"] == 6
-    assert report["iterations"] == 120
+    assert report.restarts == len(restarts) == 1
+    assert report.invocations == 6
+    assert report.iterations == 120
+    assert report.final_loss is None  # no result published: null, not a made-up number
     ranks = [json.loads(c.params["Payload"])["rank"] for c in recorded.calls
              if c.operation == "Invoke"]
     assert ranks == [0, 1, 2, 0, 1, 2]
@@ -506,9 +542,9 @@ def test_dry_run_lists_every_call_without_any_network(
 def test_policy_grants_every_call_the_launcher_makes(client: Any, target: AwsTarget) -> None:
     recorded = Recording(client)
     creator = launcher(recorded, target)
-    creator.deploy(1024, 2, REDIS_URL, "job-policy")
+    creator.deploy(spec(1024, 2), REDIS_URL, "job-policy")
     updater = launcher(recorded, target)
-    updater.deploy(1024, 2, REDIS_URL, "job-policy")  # the function exists: the update path
+    updater.deploy(spec(1024, 2), REDIS_URL, "job-policy")  # the function exists: the update path
     updater.invoke_all({}, 2)
     updater.cleanup()
     creator.cleanup()

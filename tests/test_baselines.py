@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lambdadnn import Instance, evaluate, load_instance
+
+from lambdadnn import Instance, InstanceError, evaluate, load_instance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator import baselines
 from lambdadnn.simulator.baselines import (
@@ -155,7 +156,7 @@ def test_power_tuning_clips_to_the_grid_and_skips_sizes_that_cannot_train(
 
 
 def test_power_tuning_rejects_an_invalid_n() -> None:
-    with pytest.raises(ValueError, match="functions"):
+    with pytest.raises(InstanceError, match="functions"):
         power_tuning(INSTANCES[0], np.random.default_rng(0), noise=NOISE, functions=10_000)
 
 
@@ -185,7 +186,7 @@ def test_sample_search_is_seeded() -> None:
 
 
 def test_sample_search_rejects_a_bad_budget() -> None:
-    with pytest.raises(ValueError, match="budget"):
+    with pytest.raises(InstanceError, match="budget"):
         sample_search(INSTANCES[0], np.random.default_rng(0), noise=NOISE, budget=0)
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+
 from lambdadnn import Instance, NoValidPlanError, deadline_crossings, load_instance, solve
 from lambdadnn.models.bounds import box
 from lambdadnn.models.performance import figures, parameter_values
-
 from tests.oracle import brute_force
 from tests.strategies import instance_mappings
 
@@ -119,7 +119,7 @@ def test_no_valid_plan_has_no_box() -> None:
 @given(instance_mappings())
 def test_closed_forms_solve_the_deadline_equation(mapping: dict[str, Any]) -> None:
     """Property: every per-regime root n* of T_train(n, m_max) = T_o, put back into the model,
-    gives T_train = T_o (numpy evaluation of the lambdified model at a real n)."""
+    gives T_train = T_o (numpy evaluation of the compiled model at a real n)."""
     instance = load_instance(mapping)
     derived = instance_box(instance)
     if derived is None:

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import redis
+
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.channel import BarrierTimeoutError, ChannelError, ParameterChannel
 

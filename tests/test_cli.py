@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+
 from lambdadnn import evaluate, solve
 from lambdadnn.cli import main
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
 from lambdadnn import NoiseModel, load_instance, solve
 from lambdadnn.cli import main
-from lambdadnn.simulator.compare import compare
-from lambdadnn.simulator.defaults import STRATEGY_NAMES, summarise
+from lambdadnn.simulator.compare import compare, summarise
+from lambdadnn.simulator.defaults import STRATEGY_NAMES
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.pool import JobOutcome
 from lambdadnn.simulator.trace import generate_trace, write_trace

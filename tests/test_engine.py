@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from lambdadnn import Instance, load_instance, solve
+
+from lambdadnn import Instance, InstanceError, load_instance, solve
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.models.performance import evaluate
 from lambdadnn.simulator.engine import JobRun, push_phase_end, simulate_job
@@ -221,7 +222,7 @@ def test_push_phase_is_fair_sharing_within_one_uncontended_push(
 
 def test_invalid_plans_are_refused() -> None:
     """ESPCN's rate is negative below 2,300 MB: no time to simulate."""
-    with pytest.raises(ValueError, match="not valid"):
+    with pytest.raises(InstanceError, match="not valid"):
         simulate_job(
             instance("instances/espcn-bsds500.yaml"), 4, 1024, noise=QUIET, rng=rng()
         )

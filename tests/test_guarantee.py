@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from lambdadnn import InstanceError, solve
 from lambdadnn.models.noise import NoiseModel, draw_factors, max_moments, planning_noise
 

@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import lambdadnn.launcher.aws
 import pytest
 from click.testing import CliRunner
+
+import lambdadnn.launcher.aws
 from lambdadnn import solve
 from lambdadnn.cli import main
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 
@@ -34,9 +36,9 @@ def test_local_launch_reports_in_json(plan_file: Path, redis_url: str) -> None:
     code, out, err = run("launch", str(plan_file), "--redis-url", redis_url, "--json")
     assert code == 0, err
     report = json.loads(out)
-    assert {"status", "iterations", "restarts", "measured_time_s", "predicted_time_s",
-            "final_loss", "test_accuracy"} <= report.keys()
+    assert report.keys() == {field for field in LaunchReport.__dataclass_fields__}
     assert report["status"] == "done" and report["iterations"] == 120
+    assert report["backend"] == "local" and report["architecture"] == "x86_64"
     assert report["predicted_time_s"] == json.loads(plan_file.read_text())["time_s"]
     assert report["test_accuracy"] > 0.8
 
@@ -69,12 +71,15 @@ def test_aws_backend_is_wired_to_the_channel(
     """The CLI hands run_aws the channel's progress, result and restart hooks."""
     seen: dict[str, Any] = {}
 
-    def fake_run_aws(plan: Any, client: Any, target: Any, **kwargs: Any) -> dict[str, Any]:
-        seen.update(kwargs, target=target)
+    def fake_run_aws(
+        spec: LaunchSpec, client: Any, target: Any, **kwargs: Any
+    ) -> LaunchReport:
+        seen.update(kwargs, target=target, spec=spec)
         progress = kwargs["channel_progress"]()
-        return {"status": "done", "backend": "aws", "iterations": progress["iteration"],
-                "restarts": 0, "measured_time_s": 1.0, "predicted_time_s": plan["time_s"],
-                "final_loss": 0.1, "test_accuracy": 0.95}
+        return LaunchReport.of(spec, backend="aws", iterations=progress["iteration"],
+                               restarts=0, measured_time_s=1.0,
+                               result={"final_loss": 0.1, "test_accuracy": 0.95},
+                               runs_on="a fake")
 
     monkeypatch.setattr(lambdadnn.launcher.aws, "run_aws", fake_run_aws)
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
@@ -83,6 +88,7 @@ def test_aws_backend_is_wired_to_the_channel(
     assert code == 0, err
     assert seen["redis_url"] == redis_url and seen["target"].role_arn == ROLE
     assert callable(seen["channel_result"]) and callable(seen["record_restart"])
+    assert seen["spec"].functions == 2 and seen["spec"].iterations == 120
     assert json.loads(out)["status"] == "done"
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from lambdadnn.models.performance import evaluate
 from lambdadnn.simulator.ldnn_alg1 import (
     Alg1Result,

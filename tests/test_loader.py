@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from lambdadnn.solver.errors import InstanceError, LambdaDnnError
 from lambdadnn.solver.instance import Instance, Limits, load_instance
-
 from tests.strategies import (
     arbitrary_mappings,
     instance_mappings,
@@ -350,8 +350,10 @@ def test_wrong_type_names_the_field(case: tuple[dict[str, Any], str]) -> None:
 @PROPERTY
 @given(with_unknown_key())
 def test_unknown_key_names_the_field(case: tuple[dict[str, Any], str]) -> None:
-    """Property: one key the schema does not know, anywhere, is rejected by its full path."""
+    """Property: one key the schema does not know, anywhere, is rejected by its full path
+    (as is when printable; other keys are escaped, see `test_unprintable_key_is_escaped`)."""
     mapping, path = case
+    assume(path.isprintable())
     message = error_of(mapping)
     assert f"`{path}`" in message and "not a known field" in message
 
@@ -407,3 +409,14 @@ def test_key_with_a_newline_gives_a_one_line_message() -> None:
     mapping["workload"]["epo\nchs"] = mapping["workload"].pop("epochs")
     message = error_of(mapping)
     assert "`workload.'epo\\nchs'`" in message
+
+
+@pytest.mark.parametrize("key", ["\x1b[2J", "zero\u200bwidth", "k" * 41, "nul\x00"])
+def test_unprintable_key_is_escaped(key: str) -> None:
+    """A key with a terminal escape, an invisible character, a NUL, or more than 40 characters
+    is quoted with repr() escapes, at most 40 characters of it."""
+    mapping = mobilenet()
+    mapping["workload"][key] = 1
+    message = error_of(mapping)
+    assert "not a known field" in message and message.isprintable()
+    assert key not in message and "`workload.'" in message

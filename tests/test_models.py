@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 import sympy as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
 from lambdadnn import load_instance
+from lambdadnn.models import equations
 from lambdadnn.models import performance as model
-from lambdadnn.models.bounds import facts
+from lambdadnn.models.compiled import program
+from lambdadnn.models.derivation import facts
+from tests.strategies import instance_mappings
 
 MOBILENET = "instances/mobilenet-cifar10.yaml"
 
@@ -55,21 +62,56 @@ def test_breakdowns_add_up_to_totals() -> None:
     )
 
 
-def test_model_is_lambdified_once_per_figure_set() -> None:
+def test_each_figure_set_is_compiled_once() -> None:
     names = ("time", "cost")
-    assert model._lambdified(names) is model._lambdified(names)
+    assert program().function(names) is program().function(names)
+
+
+def bits(value: Any) -> bytes:
+    return np.float64(value).tobytes()
+
+
+@given(instance_mappings(), st.data())
+def test_a_figure_is_the_same_to_the_last_bit_however_it_is_computed(
+    mapping: dict[str, object], data: st.DataObject
+) -> None:
+    """Property: one compiled program, so a figure does not depend on what it is computed
+    with (alone, with others, with all), nor on the batch's shape (one plan, 1-D, 2-D); and
+    without noise the deadline's figure is the time itself. Once, each figure set was
+    compiled apart and the copies differed by 1-2 ulp: a deadline equal to a plan's time
+    made it infeasible in one place and feasible in another."""
+    instance = load_instance(mapping)
+    values = model.parameter_values(instance.parameters())
+    memory = instance.platform.memory.values()
+    n = data.draw(st.integers(1, instance.max_functions), label="n")
+    j = data.draw(st.integers(0, len(memory) - 1), label="memory index")
+    full = model.evaluate(instance.parameters(), n, memory[j])
+    assert bits(full.deadline_time) == bits(full.time)
+    grid_n = np.array([[float(n)], [1.0]])
+    grid_m = memory[np.array([[j, 0, j], [0, j, j]])]
+    for names in (("time",), ("time", "restarts", "cost"), ("weight", "cost", "time"),
+                  ("restarts",), ("cost",), ("t_train", "deadline_time")):
+        alone = model.figures(values, n, memory[j], names)
+        batch = model.figures(values, grid_n, grid_m, names)
+        for name in names:
+            expected = bits(alone[name])
+            assert bits(batch[name][0, 0]) == bits(batch[name][0, 2]) == expected, name
+            if name != "weight":
+                assert expected == bits(getattr(full, name)), name
 
 
 def test_facts_prove_every_regime_and_solve_the_thresholds() -> None:
     proved = facts()
-    assert proved.regimes_proved == 16
-    assert sp.simplify(proved.rate_root + model.beta1 / model.alpha1) == 0
-    assert sp.simplify(proved.storage_cap - (model.B_s - model.beta2) / model.alpha2) == 0
-    assert proved.batch_limit == model.b_gmax
+    assert proved.regimes_proved == program().regimes_proved == 16
+    assert sp.simplify(proved.rate_root + equations.beta1 / equations.alpha1) == 0
+    assert sp.simplify(
+        proved.storage_cap - (equations.B_s - equations.beta2) / equations.alpha2
+    ) == 0
+    assert proved.batch_limit == equations.b_gmax
 
 
 def test_a_false_monotonicity_claim_is_not_proved() -> None:
     """The proof step can fail: a time that grows with m is not judged non-increasing."""
     rho = sp.Symbol("rho", positive=True)
-    growing = sp.diff(model.d_t * model.m / rho, model.m)
+    growing = sp.diff(equations.d_t * equations.m / rho, equations.m)
     assert not growing.is_nonpositive

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lambdadnn.solver.instance import Instance, load_instance
 
+from lambdadnn.solver.instance import Instance, load_instance
 from tests.oracle import COST_TIE, OracleAnswer, brute_force, grid
 from tests.strategies import instance_mappings
 

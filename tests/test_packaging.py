@@ -17,9 +17,10 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import lambdadnn
 import pytest
 import yaml
+
+import lambdadnn
 from lambdadnn.solver.pipeline import solve
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lambdadnn import Instance, load_instance
+
+from lambdadnn import Instance, InstanceError, load_instance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator import pool
 from lambdadnn.simulator.baselines import STRATEGIES, Strategy, StrategyPlan
@@ -170,5 +171,5 @@ def test_real_engine_is_deterministic_per_seed() -> None:
 
 @pytest.mark.parametrize("size", [0, -5, 2.5, True])
 def test_pool_size_must_be_a_positive_integer(size: object) -> None:
-    with pytest.raises(ValueError, match="pool_size"):
+    with pytest.raises(InstanceError, match="pool_size"):
         run_trace([], STRATEGIES["naive"], pool_size=size, noise=NOISE, seed=0)  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""The Pyomo/HiGHS selection model, including its reuse across calls."""
+"""The selection: the enumeration's plan when one is left, else the Pyomo/HiGHS model (reused
+across calls, discarded when a solve fails)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
+from lambdadnn.solver import selection
+from lambdadnn.solver.candidates import cheapest_choices, fastest_choices
 from lambdadnn.solver.errors import SolverError
 from lambdadnn.solver.selection import select
 
@@ -17,7 +21,8 @@ finite = st.floats(0.01, 1e4, allow_nan=False)
 @given(st.lists(st.tuples(finite, finite), min_size=1, max_size=6), finite)
 def test_selects_the_cheapest_within_the_deadline(pairs: list[tuple[float, float]],
                                                   deadline: float) -> None:
-    """Property: the choice is numpy's argmin of cost among plans within the deadline.
+    """Property: the choice is the least objective among plans within the deadline; HiGHS
+    makes it when there are several plans, the enumeration when there is one.
 
     Consecutive examples reuse the persistent model, so stale coefficients would show here.
     Times within HiGHS's feasibility tolerance (1e-7) of the deadline are left out: the
@@ -32,7 +37,10 @@ def test_selects_the_cheapest_within_the_deadline(pairs: list[tuple[float, float
             select(cost, time, deadline_s=deadline)
         return
     chosen = select(cost, time, deadline_s=deadline)
-    assert chosen.status == "optimal"
+    if len(pairs) == 1:
+        assert (chosen.selected_by, chosen.solver_status) == ("enumeration", "not_run")
+    else:
+        assert (chosen.selected_by, chosen.solver_status) == ("highs", "optimal")
     assert time[chosen.index] <= deadline
     assert cost[chosen.index] == pytest.approx(cost[within].min(), rel=1e-9)
 
@@ -66,3 +74,58 @@ def test_threads_can_select_at_the_same_time() -> None:
 def test_no_candidates_is_an_error() -> None:
     with pytest.raises(SolverError, match="no candidate"):
         select(np.array([]), np.array([]), deadline_s=1.0)
+
+
+def test_coefficients_highs_cannot_take_are_refused_before_it_sees_them() -> None:
+    for objective in (np.array([np.nan, 1.0]), np.array([1e100, 1.0])):
+        with pytest.raises(SolverError, match="not finite and moderate"):
+            select(objective, np.array([1.0, 2.0]), deadline_s=10)
+    assert select(np.array([2.0, 1.0]), np.array([1.0, 2.0]), deadline_s=10).index == 1
+
+
+def test_a_failed_highs_solve_leaves_no_broken_model_behind(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once, one failed solve left the cached model broken and every later call failed with
+    "HiGHS selected 0 plans instead of one". A model whose solve fails is discarded."""
+    cost, time = np.array([3.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0])
+    assert select(cost, time, deadline_s=10).index == 1
+    broken = selection._models[3]
+
+    def fail(*_: object) -> None:
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(broken.solver, "solve", fail)
+    with pytest.raises(SolverError, match="injected failure"):
+        select(cost, time, deadline_s=10)
+    assert 3 not in selection._models
+    assert select(cost, time, deadline_s=10).index == 1
+    assert selection._models[3] is not broken
+
+
+def test_the_tie_rules_plan_stands_for_its_cost_class() -> None:
+    """Costs within 1e-12 are one class, represented by its fastest plan; plans dearer than
+    the class by more than that margin remain choices, which HiGHS then makes."""
+    time = np.array([10.0, 9.0, 8.0, 12.0])
+    cost = np.array([1.0, 1.0 + 5e-13, 1.0 + 1e-10, 1.0 + 2e-10])
+    functions, memory = np.array([1, 2, 3, 4]), np.array([0, 0, 0, 0])
+    chosen, objective = cheapest_choices(time, cost, functions, memory)
+    assert list(chosen) == [1, 2]  # 0 is tied with 1 and slower; 3 is dominated by 2
+    assert objective[0] == 0 and objective[1] == pytest.approx(100, rel=1e-3)
+    picked = select(objective, time[chosen], deadline_s=12.0)
+    assert chosen[picked.index] == 1
+    assert (picked.selected_by, picked.solver_status) == ("highs", "optimal")
+    alone, zero = cheapest_choices(time[:2], cost[:2], functions[:2], memory[:2])
+    assert list(alone) == [1] and list(zero) == [0]
+    assert select(zero, time[alone], deadline_s=12.0).selected_by == "enumeration"
+
+
+def test_the_fastest_plan_is_chosen_over_nearly_as_fast_ones() -> None:
+    time = np.array([100.0, np.nextafter(100.0, 200.0), 100.0 * (1 + 5e-10), 150.0])
+    cost = np.array([3.0, 2.0, 1.0, 0.5])
+    functions, memory = np.arange(4), np.zeros(4, dtype=np.int64)
+    chosen, objective = fastest_choices(time, cost, functions, memory)
+    assert list(chosen) == [0, 1, 2]  # 150 s is no rival: slower by more than 1e-9
+    assert objective[0] == 0 and objective[1] > 1e-4
+    picked = select(objective, time[chosen], deadline_s=None)
+    assert chosen[picked.index] == 0 and picked.selected_by == "highs"

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+
 from lambdadnn import InstanceError, load_instance
 from lambdadnn.simulator.trace import WORKLOADS, generate_trace, read_trace, write_trace
 

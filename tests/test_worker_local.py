@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 import redis
+
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.channel import ParameterChannel
-from lambdadnn.launcher.local import LaunchReport, cap_cpu, run_local
+from lambdadnn.launcher.local import cap_cpu, run_local
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
-PLAN = {"functions": 2, "memory_mb": 1769, "local_batch": 32, "iterations": 300, "time_s": 60.0}
+PLAN = LaunchSpec(functions=2, memory_mb=1769, local_batch=32, iterations=300, time_s=60.0,
+                  restarts=0, platform="aws-lambda-x86_64")
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +38,10 @@ def _assert_no_keys_left(redis_url: str) -> None:
 def test_two_workers_learn_digits(reference: LaunchReport, redis_url: str) -> None:
     assert reference.status == "done" and reference.backend == "local"
     assert reference.iterations == 300 and reference.restarts == 0
-    assert reference.test_accuracy >= 0.9
+    assert reference.invocations == 2 and reference.architecture == "x86_64"
+    assert reference.test_accuracy is not None and reference.test_accuracy >= 0.9
     assert reference.predicted_time_s == 60.0 and reference.measured_time_s > 0
-    assert reference.cpu_limit.startswith(("capped", "uncapped"))
+    assert reference.runs_on.startswith(("capped", "uncapped"))
     _assert_no_keys_left(redis_url)
 
 

@@ -1,0 +1,207 @@
+"""What the program derives from the SymPy model, once: proofs, thresholds and numpy code.
+
+`facts()` proves what the bounds rest on: in each of the 16 regimes of the model (fixed local
+/ global batch × function- / PS-bound communication × rate linear / saturated × storage
+bandwidth linear / capped) ∂T_train/∂m ≤ 0 under the validity assumptions R > 0 and
+B_f^s > 0; T is a non-decreasing function of T_train; and the cost weight (dollars per
+second) is non-decreasing in `m`. It also solves for the thresholds where validity starts and
+where the time stops depending on `m`.
+
+`derive()` runs those proofs and prints every figure of the model, with one common-subexpression
+elimination over all of them, as numpy statements (`models.compiled` assembles and caches
+them). Each figure is then computed by the same statements whichever other figures are asked
+for with it, so the time that the search, the bounds, `evaluate` and the re-check compare
+against a deadline is the same number to the last bit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+
+from lambdadnn.models import equations as model
+from lambdadnn.models.compiled import Code
+from lambdadnn.models.errors import DerivationError
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What `facts()` proved, and the thresholds it solved for (as SymPy expressions)."""
+
+    regimes_proved: int
+    rate_root: sp.Expr
+    storage_root: sp.Expr
+    storage_cap: sp.Expr
+    batch_limit: sp.Expr
+
+
+def _regimes() -> list[tuple[str, dict[sp.Basic, sp.Basic], dict[sp.Basic, sp.Basic]]]:
+    """Every branch choice of the model's Min and Piecewise terms, with its positivity substitution.
+
+    Each regime pins the rate and storage bandwidth to one branch; under validity these are
+    positive, which we state by rewriting the intercepts through positive symbols ρ1, ρ2.
+    """
+    rho1, rho2 = sp.symbols("rho1 rho2", positive=True)
+    piecewise = (model.t_train + model.spread_variance).atoms(sp.Piecewise)
+    if any(pw.args[0].cond.canonical != model.fixed_local.canonical for pw in piecewise):
+        raise DerivationError("every Piecewise of the model must branch on the batch regime")
+    rate_min = sp.Min(model.m, model.m_sat)
+    storage_min = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
+    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
+    regimes = []
+    for batch, comm, rate_arg, storage_arg in itertools.product(
+        (True, False), ps_min.args, rate_min.args, storage_min.args
+    ):
+        choice: dict[sp.Basic, sp.Basic] = {
+            pw: pw.args[0].expr if batch else pw.args[1].expr for pw in piecewise
+        }
+        choice.update({rate_min: rate_arg, storage_min: storage_arg, ps_min: comm})
+        positivity = {model.beta1: rho1 - model.alpha1 * rate_arg}
+        if storage_arg != model.B_s:
+            positivity[model.beta2] = rho2 - model.alpha2 * model.m
+        name = (
+            f"{'fixed-local' if batch else 'fixed-global'} batch, "
+            f"{'function' if comm == model.B_fmax else 'PS'}-bound, "
+            f"rate {'linear' if rate_arg == model.m else 'saturated'}, "
+            f"storage {'capped' if storage_arg == model.B_s else 'linear'}"
+        )
+        regimes.append((name, choice, positivity))
+    return regimes
+
+
+def _root(expression: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+    """The one root of `expression` in `symbol` (simplification skipped: it costs 50 ms each)."""
+    roots = sp.solve(expression, symbol, simplify=False, check=False)
+    if len(roots) != 1:
+        raise DerivationError(f"expected one root of {expression} in {symbol}, found {roots}")
+    root: sp.Expr = roots[0]
+    return root
+
+
+@cache
+def facts() -> Facts:
+    """Prove the monotonicity the bounds rely on and solve for the thresholds (once per process)."""
+    regimes = _regimes()
+    for name, choice, positivity in regimes:
+        # The quantile T_train + z·√variance falls with m when both parts do (√ increases).
+        for label, expression in (("T_train", model.t_train),
+                                  ("the spread's variance", model.spread_variance)):
+            slope = sp.diff(expression.xreplace(choice), model.m).subs(positivity)
+            if not slope.is_nonpositive:
+                raise DerivationError(
+                    f"could not prove ∂({label})/∂m ≤ 0 in regime {name}: {slope}"
+                )
+    if not sp.diff(model.weight, model.m).is_nonnegative:
+        raise DerivationError("could not prove that the cost weight is non-decreasing in m")
+    linear_rate = model.alpha1 * model.m + model.beta1
+    linear_storage = model.alpha2 * model.m + model.beta2
+    fixed_global_batch = model.local_batch.args[1].expr
+    return Facts(
+        len(regimes),
+        rate_root=_root(linear_rate, model.m),
+        storage_root=_root(linear_storage, model.m),
+        storage_cap=_root(linear_storage - model.B_s, model.m),
+        batch_limit=_root(fixed_global_batch - 1, model.n),
+    )
+
+
+class _Printer(NumPyPrinter):  # type: ignore[misc]  # SymPy is untyped
+    """numpy source with `numpy.` prefixes only: two-way `where` for the model's Piecewise (5×
+    faster than `select`), nested `minimum`/`maximum` for Min/Max (no functools.reduce)."""
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": True, "inline": True,
+                          "allow_unknown_functions": False})
+
+    def _print_Piecewise(self, expr: sp.Piecewise) -> str:
+        if len(expr.args) != 2 or expr.args[1].cond != sp.true:
+            raise DerivationError(f"expected a two-branch Piecewise, got {expr}")
+        (then, condition), (otherwise, _) = expr.args
+        return (f"numpy.where({self._print(condition)}, {self._print(then)}, "
+                f"{self._print(otherwise)})")
+
+    def _nested(self, function: str, args: tuple[sp.Expr, ...]) -> str:
+        head, *rest = args
+        if not rest:
+            return str(self._print(head))
+        return f"{function}({self._print(head)}, {self._nested(function, tuple(rest))})"
+
+    def _print_Min(self, expr: sp.Min) -> str:
+        return self._nested("numpy.minimum", expr.args)
+
+    def _print_Max(self, expr: sp.Max) -> str:
+        return self._nested("numpy.maximum", expr.args)
+
+
+def generate(arguments: tuple[sp.Symbol, ...], expressions: Mapping[str, sp.Expr]) -> Code:
+    """The expressions as numpy statements after one common-subexpression elimination."""
+    replacements, reduced = sp.cse(list(expressions.values()))
+    temporaries = {symbol for symbol, _ in replacements}
+    printer = _Printer()
+
+    def printed(expression: sp.Expr) -> tuple[str, tuple[str, ...]]:
+        uses = sorted(str(s) for s in expression.free_symbols if s in temporaries)
+        return str(printer.doprint(expression)), tuple(uses)
+
+    statements = tuple((str(symbol), *printed(value)) for symbol, value in replacements)
+    outputs = {name: printed(value) for name, value in zip(expressions, reduced, strict=True)}
+    if set(printer.module_imports) - {"numpy"}:
+        raise DerivationError(f"the model printed with modules {dict(printer.module_imports)}")
+    return Code(tuple(str(a) for a in arguments), statements, outputs)
+
+
+def derive() -> dict[str, Any]:
+    """Prove the facts and generate the model's code: what `models.compiled` caches."""
+    proved = facts()
+    thresholds = {
+        "rate_root": proved.rate_root, "storage_root": proved.storage_root,
+        "storage_cap": proved.storage_cap, "batch_limit": proved.batch_limit,
+    }
+    return {
+        "parameters": [s.name for s in model.PARAMETER_SYMBOLS],
+        "noise": [s.name for s in model.NOISE_SYMBOLS],
+        "exact": list(model.EXACT),
+        "regimes_proved": proved.regimes_proved,
+        "figures": generate(
+            (model.n, model.m, *model.PARAMETER_SYMBOLS, *model.NOISE_SYMBOLS),
+            {**model.FIGURES, **model.AUXILIARY},
+        ).to_json(),
+        "thresholds": generate(model.PARAMETER_SYMBOLS, thresholds).to_json(),
+    }
+
+
+@cache
+def deadline_roots() -> tuple[tuple[str, bool, bool, Callable[..., Any]], ...]:
+    """T_train = T_o solved for n per (batch, communication) regime, with the rate and storage
+    bandwidth held as symbols R, B_fs (memory fixed). Built on first use: it is for
+    explaining the bounds (`lambdadnn bounds`), not on the solver's path."""
+    rate_symbol, storage_symbol, deadline = sp.symbols("R B_fs T_o", positive=True)
+    piecewise = model.t_train.atoms(sp.Piecewise)
+    rate = model.alpha1 * sp.Min(model.m, model.m_sat) + model.beta1
+    storage = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
+    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
+    solved = []
+    for fixed_local, comm in itertools.product((True, False), ps_min.args):
+        choice: dict[sp.Basic, sp.Basic] = {
+            pw: pw.args[0 if fixed_local else 1].expr for pw in piecewise
+        }
+        choice.update({ps_min: comm, rate: rate_symbol, storage: storage_symbol, model.s_c: 1})
+        t_train = model.t_train.xreplace(choice)
+        roots = [
+            root for root in sp.solve(t_train - deadline, model.n, simplify=False, check=False)
+            if root != 0
+        ]
+        name = (f"{'fixed-local' if fixed_local else 'fixed-global'} batch, "
+                f"{'function' if comm == model.B_fmax else 'PS'}-bound")
+        function = sp.lambdify(
+            (*model.PARAMETER_SYMBOLS, rate_symbol, storage_symbol, deadline), roots,
+            modules="numpy",
+        )
+        solved.append((name, fixed_local, comm == model.B_fmax, function))
+    return tuple(solved)

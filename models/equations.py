@@ -1,0 +1,104 @@
+"""The performance and cost model of DESIGN.md as SymPy expressions: the one source of truth.
+
+Nothing evaluates these expressions directly: `models.derivation` proves the bounds' facts
+on them and prints them, once, as one numpy program (`models.compiled`), which every figure
+of every plan then comes from. Importing this module imports SymPy; the solver's hot path
+and a cached start-up never do.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+# Decision variables: n functions, m MB of memory each.
+n = sp.Symbol("n", positive=True)
+m = sp.Symbol("m", positive=True)
+
+# Parameters (YAML field in the comment). Intercepts may be negative; slopes are ≥ 0.
+d_m = sp.Symbol("d_m", positive=True)  # workload.model_size_mb
+d_t = sp.Symbol("d_t", positive=True)  # workload.dataset_size_mb
+n_t = sp.Symbol("n_t", positive=True)  # workload.samples
+e = sp.Symbol("e", positive=True)  # workload.epochs
+b_lf = sp.Symbol("b_lf", positive=True)  # workload.local_batch
+b_gmax = sp.Symbol("b_gmax", positive=True)  # workload.max_global_batch
+alpha1 = sp.Symbol("alpha1", nonnegative=True)  # profile.rate.slope
+beta1 = sp.Symbol("beta1", real=True)  # profile.rate.intercept
+m_sat = sp.Symbol("m_sat", positive=True)  # profile.rate.saturates_at_mb (inf if absent)
+alpha2 = sp.Symbol("alpha2", nonnegative=True)  # profile.storage_bandwidth.slope
+beta2 = sp.Symbol("beta2", real=True)  # profile.storage_bandwidth.intercept
+B_s = sp.Symbol("B_s", positive=True)  # profile.storage_bandwidth.max_mbps
+B_p = sp.Symbol("B_p", positive=True)  # parameter_server.bandwidth_mbps
+B_fmax = sp.Symbol("B_fmax", positive=True)  # parameter_server.function_bandwidth_mbps
+p_ps = sp.Symbol("p_ps", nonnegative=True)  # parameter_server.price_per_hour
+p_gbs = sp.Symbol("p_gbs", nonnegative=True)  # platform.price_per_gb_second
+p_req = sp.Symbol("p_req", nonnegative=True)  # platform.price_per_request
+L = sp.Symbol("L", positive=True)  # platform.timeout_s - platform.timeout_margin_s
+o = sp.Symbol("o", nonnegative=True)  # platform.restart_overhead_s
+
+PARAMETER_SYMBOLS: tuple[sp.Symbol, ...] = (
+    d_m, d_t, n_t, e, b_lf, b_gmax, alpha1, beta1, m_sat, alpha2, beta2, B_s,
+    B_p, B_fmax, p_ps, p_gbs, p_req, L, o,
+)
+
+# Noise terms, per plan (models/noise.py computes them); EXACT gives DESIGN.md's model.
+s_c = sp.Symbol("s_c", positive=True)  # E[slowest of n workers' compute factors]
+v_c = sp.Symbol("v_c", nonnegative=True)  # its variance
+v_b = sp.Symbol("v_b", nonnegative=True)  # variance of an iteration's communication factor
+z = sp.Symbol("z", nonnegative=True)  # the guarantee's standard normal quantile
+c_e = sp.Symbol("c_e", nonnegative=True)  # expected start-up delay of an invocation round
+c_q = sp.Symbol("c_q", nonnegative=True)  # the delay planned for at the guarantee's quantile
+NOISE_SYMBOLS: tuple[sp.Symbol, ...] = (s_c, v_c, v_b, z, c_e, c_q)
+EXACT: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+# --- the equations, in DESIGN.md's order --------------------------------------------------
+
+fixed_local = n * b_lf <= b_gmax
+global_batch = sp.Piecewise((n * b_lf, fixed_local), (b_gmax, True))
+local_batch = sp.Piecewise((b_lf, fixed_local), (b_gmax / n, True))
+iterations = n_t * e / global_batch
+rate = alpha1 * sp.Min(m, m_sat) + beta1
+storage_bandwidth = sp.Min(alpha2 * m + beta2, B_s)
+ps_bandwidth = sp.Min(B_fmax, B_p / n)
+t_load = d_t / (n * storage_bandwidth)
+t_comp = local_batch / rate
+t_comm = 2 * d_m / ps_bandwidth
+t_train = t_load + iterations * (t_comp * s_c + t_comm)
+restarts = sp.Max(0, sp.ceiling(t_train / L) - 1)
+t_restart = restarts * o
+t_cold = (restarts + 1) * c_e
+time = t_train + t_restart + t_cold
+# Under a guarantee p the deadline is checked against a p-quantile: the k iterations' spread
+# adds up (central limit), restarts follow the longer run, start-ups their own quantile.
+spread_variance = iterations * (t_comp**2 * v_c + t_comm**2 * v_b)
+t_train_quantile = t_train + z * sp.sqrt(spread_variance)
+restarts_quantile = sp.Max(0, sp.ceiling(t_train_quantile / L) - 1)
+deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * c_q
+cost_functions = time * n * (m / 1024) * p_gbs
+cost_ps = time * p_ps / 3600
+cost_requests = n * (restarts + 1) * p_req
+cost = cost_functions + cost_ps + cost_requests
+# Dollars per second of training: cost = time·weight + cost_requests (used by the cost bounds).
+weight = n * (m / 1024) * p_gbs + p_ps / 3600
+
+FIGURES: dict[str, sp.Expr] = {
+    "global_batch": global_batch,
+    "local_batch": local_batch,
+    "iterations": iterations,
+    "rate": rate,
+    "storage_bandwidth": storage_bandwidth,
+    "t_load": t_load,
+    "t_comp_total": iterations * t_comp * s_c,
+    "t_comm_total": iterations * t_comm,
+    "t_train": t_train,
+    "restarts": restarts,
+    "t_restart": t_restart,
+    "t_cold": t_cold,
+    "time": time,
+    "deadline_time": deadline_time,
+    "cost_functions": cost_functions,
+    "cost_ps": cost_ps,
+    "cost_requests": cost_requests,
+    "cost": cost,
+}
+# Figures the solver needs but a plan's report does not.
+AUXILIARY: dict[str, sp.Expr] = {"weight": weight}
