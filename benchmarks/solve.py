@@ -386,7 +386,8 @@ def render_text(
     lines.append("")
     lines.append("targets:")
     for t in judged:
-        lines.append(f"  {'PASS' if t.passed else 'FAIL'}  {t.goal}: {t.measured}")
+        verdict = "PASS" if t.passed else ("FAIL" if t.required else "over")
+        lines.append(f"  {verdict}  {t.goal}: {t.measured}")
     return "\n".join(line.rstrip() for line in lines)
 
 

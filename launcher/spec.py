@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief, read_text
-from lambdadnn.solver.instance import MAX_CONCURRENCY, MAX_INTEGER
+from lambdadnn.solver.instance import ARCHITECTURES, MAX_CONCURRENCY, MAX_INTEGER
 
 if TYPE_CHECKING:
     from lambdadnn.solver.plan import Plan
 
 __all__ = [
-    "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec", "architecture_of",
-    "read_plan",
+    "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec", "read_plan",
 ]
 
 LAMBDA_MEMORY_MB = (128, 10_240)  # every shipped platform's grid lies within Lambda's range
@@ -42,15 +41,6 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "lr": 0.05,
 }
-
-
-def architecture_of(platform: str) -> str:
-    """Lambda's architecture for a platform name: `arm64` when the name says so, else x86_64.
-
-    The one place that maps a plan's platform to the CPU it deploys on (the shipped
-    `aws-lambda-arm64` is priced for Graviton; every other platform is x86_64).
-    """
-    return "arm64" if {"arm64", "aarch64"} & set(platform.lower().split("-")) else "x86_64"
 
 
 def _refuse(key: str, value: object, need: str, source: str) -> NoReturn:
@@ -104,11 +94,12 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
             f"got {brief(payload)}"
         )
     for key in ("functions", "memory_mb", "local_batch", "iterations", "time_s", "status",
-                "platform"):
+                "platform", "architecture"):
         if key not in payload or payload[key] is None:
             raise InstanceError(f"`{key}` is missing from {source}; {_FIX}")
     low, high = LAMBDA_MEMORY_MB
     status, platform = payload["status"], payload["platform"]
+    architecture = payload["architecture"]
     fields = {
         "functions": _integer(payload, "functions", source, 1, MAX_CONCURRENCY),
         "memory_mb": _integer(payload, "memory_mb", source, low, high),
@@ -122,7 +113,9 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
         _refuse("status", status, "'optimal' or 'infeasible'", source)
     if not isinstance(platform, str) or not platform.strip() or len(platform) > 200:
         _refuse("platform", platform, "a platform name such as 'aws-lambda-arm64'", source)
-    return {**fields, "platform": platform, "status": status}
+    if architecture not in ARCHITECTURES:
+        _refuse("architecture", architecture, f"one of {', '.join(ARCHITECTURES)}", source)
+    return {**fields, "platform": platform, "architecture": architecture, "status": status}
 
 
 @dataclass(frozen=True)
@@ -140,18 +133,14 @@ class LaunchSpec:
     time_s: float
     restarts: int
     platform: str
+    architecture: str  # the platform's, so a plan priced for arm64 deploys on arm64
     status: str = "optimal"
 
     def __post_init__(self) -> None:
         _fields(asdict(self), "the launch spec")  # direct construction is checked too
 
-    @property
-    def architecture(self) -> str:
-        """`arm64` or `x86_64`: the platform the plan was priced for decides it."""
-        return architecture_of(self.platform)
-
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "architecture": self.architecture}
+        return asdict(self)
 
     @classmethod
     def from_plan(cls, plan: Plan) -> LaunchSpec:

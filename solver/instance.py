@@ -75,6 +75,7 @@ class Platform:
     timeout_margin_s: float
     restart_overhead_s: float
     max_concurrency: int
+    architecture: str = "x86_64"  # the CPU the functions run on, and a plan deploys to
 
 
 @dataclass(frozen=True)
@@ -336,6 +337,15 @@ def _memory_grid(path: str, value: Any) -> MemoryGrid:
     return grid
 
 
+ARCHITECTURES = ("x86_64", "arm64")  # AWS Lambda's instruction set architectures
+
+
+def _architecture(path: str, value: Any) -> str:
+    if value not in ARCHITECTURES:
+        raise _fail(path, value, f"one of {', '.join(ARCHITECTURES)}")
+    return str(value)
+
+
 def _platform(path: str, value: Any, document: str | None = None) -> Platform:
     price = _number(MAX_PRICE_USD, sign="non-negative")
     fields: dict[str, Check] = {
@@ -347,8 +357,9 @@ def _platform(path: str, value: Any, document: str | None = None) -> Platform:
         "timeout_margin_s": _number(MAX_SECONDS, sign="non-negative"),
         "restart_overhead_s": _number(MAX_SECONDS, sign="non-negative"),
         "max_concurrency": _integer(maximum=MAX_CONCURRENCY),
+        "architecture": _architecture,
     }
-    raw = _section(path, value, fields, document=document)
+    raw = _section(path, value, fields, frozenset({"architecture"}), document=document)
     if raw["timeout_margin_s"] >= raw["timeout_s"]:
         raise InstanceError(
             f"`{path}.timeout_margin_s` ({raw['timeout_margin_s']:g}) must be less than "
@@ -364,6 +375,7 @@ def _platform(path: str, value: Any, document: str | None = None) -> Platform:
         timeout_margin_s=raw["timeout_margin_s"],
         restart_overhead_s=raw["restart_overhead_s"],
         max_concurrency=raw["max_concurrency"],
+        architecture=raw.get("architecture", "x86_64"),
     )
 
 

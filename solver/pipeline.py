@@ -271,6 +271,7 @@ def solve(
         **shared,
         status=status,
         platform=loaded.platform.name,
+        architecture=loaded.platform.architecture,
         guarantee=guarantee,
         bounds=bounds,
         candidates_evaluated=evaluated,

@@ -85,6 +85,7 @@ class Plan(PlanFigures):
 
     status: Status
     platform: str
+    architecture: str  # the platform's CPU, which the launcher deploys the plan on
     guarantee: float | None
     bounds: Bounds
     candidates_evaluated: int

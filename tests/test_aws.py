@@ -48,13 +48,15 @@ REGION = "us-east-1"
 REDIS_URL = "redis://ps.internal.example:6379/0"  # only ever written into the function's config
 PLAN = LaunchSpec.from_mapping({"functions": 3, "memory_mb": 2048, "time_s": 321.0,
                                 "iterations": 586.5, "local_batch": 64.0, "restarts": 0,
-                                "status": "optimal", "platform": "aws-lambda-x86_64"})
+                                "status": "optimal", "platform": "aws-lambda-x86_64",
+                                "architecture": "x86_64"})
 
 
-def spec(memory_mb: int, functions: int, platform: str = "aws-lambda-x86_64") -> LaunchSpec:
+def spec(memory_mb: int, functions: int, architecture: str = "x86_64") -> LaunchSpec:
     """A plan of `functions` × `memory_mb` for the deploy tests."""
     return LaunchSpec(functions=functions, memory_mb=memory_mb, local_batch=32, iterations=10,
-                      time_s=60.0, restarts=0, platform=platform)
+                      time_s=60.0, restarts=0, platform=f"aws-lambda-{architecture}",
+                      architecture=architecture)
 TRUST_POLICY = json.dumps({"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"},
     "Action": "sts:AssumeRole"}]})
@@ -240,7 +242,7 @@ def test_deploy_uses_the_architecture_of_the_plans_platform(
 ) -> None:
     recorded = Recording(client)
     aws = launcher(recorded, target)
-    aws.deploy(spec(1024, 2, "aws-lambda-arm64"), REDIS_URL, "job-arm")
+    aws.deploy(spec(1024, 2, "arm64"), REDIS_URL, "job-arm")
     try:
         config = client.get_function(FunctionName=target.function_name)["Configuration"]
         assert config["Architectures"] == ["arm64"]

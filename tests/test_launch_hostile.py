@@ -29,12 +29,12 @@ import lambdadnn.launcher.local
 from lambdadnn import solve
 from lambdadnn.cli import main
 from lambdadnn.launcher.local import CGROUP_ROOT, MAX_LOCAL_FUNCTIONS
-from lambdadnn.launcher.spec import LaunchSpec, architecture_of, read_plan
+from lambdadnn.launcher.spec import LaunchSpec, read_plan
 from lambdadnn.models.errors import LambdaDnnError
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 PLAN_KEYS = ("functions", "memory_mb", "local_batch", "iterations", "time_s", "status",
-             "platform")
+             "platform", "architecture")
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -115,6 +115,8 @@ def test_malformed_plan_json_is_one_line(
         ("status", "great", "`status` in file"),
         ("platform", 7, "`platform` in file"),
         ("platform", None, "`platform` is missing"),
+        ("architecture", "sparc", "`architecture` in file"),
+        ("architecture", None, "`architecture` is missing"),
     ],
 )
 def test_bad_plan_values_are_one_line_naming_the_key(
@@ -153,7 +155,7 @@ def test_numpy_numbers_and_whole_floats_are_numbers(solved: dict[str, Any]) -> N
 def test_a_direct_spec_is_checked_too() -> None:
     with pytest.raises(LambdaDnnError, match="`memory_mb`"):
         LaunchSpec(functions=2, memory_mb=20_000, local_batch=32, iterations=10, time_s=1.0,
-                   restarts=0, platform="aws-lambda-x86_64")
+                   restarts=0, platform="aws-lambda-x86_64", architecture="x86_64")
 
 
 def test_a_fifo_as_plan_is_refused_without_blocking(tmp_path: Path) -> None:
@@ -221,7 +223,7 @@ def test_dry_run_deploys_the_plans_architecture(
     assert code == 0, err
     create = json.loads(out)[0]
     assert create["operation"] == "CreateFunction"
-    assert create["params"]["Architectures"] == [architecture] == [architecture_of(platform)]
+    assert create["params"]["Architectures"] == [architecture]
 
 
 def test_an_instance_solved_for_arm64_deploys_on_arm64() -> None:

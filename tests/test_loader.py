@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from lambdadnn.solver.errors import InstanceError, LambdaDnnError
 from lambdadnn.solver.instance import Instance, Limits, load_instance
+from lambdadnn.solver.pipeline import solve
 from tests.strategies import (
     arbitrary_mappings,
     instance_mappings,
@@ -125,6 +126,27 @@ def test_design_platforms_are_shipped(name: str, price: float, grid: tuple[int, 
     platform = load_instance(MOBILENET, platform=name).platform
     assert platform.price_per_gb_second == price
     assert (platform.memory.min_mb, platform.memory.max_mb, platform.memory.step_mb) == grid
+
+
+@pytest.mark.parametrize(
+    ("name", "architecture"),
+    [("aws-lambda-x86_64", "x86_64"), ("aws-lambda-arm64", "arm64"),
+     ("aws-lambda-2020", "x86_64")],
+)
+def test_platform_architecture_travels_into_the_plan(name: str, architecture: str) -> None:
+    """The platform says which CPU it prices; the plan carries it to the launcher."""
+    assert load_instance(MOBILENET, platform=name).platform.architecture == architecture
+    assert solve(MOBILENET, platform=name).to_dict()["architecture"] == architecture
+
+
+def test_platform_architecture_is_checked() -> None:
+    inline = yaml.safe_load(Path("instances/platforms/aws-lambda-x86_64.yaml").read_text())
+    mapping = {**yaml.safe_load(Path(MOBILENET).read_text()), "platform": inline}
+    del inline["architecture"]
+    assert load_instance(mapping).platform.architecture == "x86_64"  # optional, x86_64
+    with pytest.raises(InstanceError, match=r"`platform\.architecture` must be one of x86_64, "
+                                            r"arm64, got 'sparc'"):
+        load_instance({**mapping, "platform": {**inline, "architecture": "sparc"}})
 
 
 def test_platform_override() -> None:

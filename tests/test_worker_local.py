@@ -22,7 +22,7 @@ from lambdadnn.launcher.local import cap_cpu, run_local
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
 PLAN = LaunchSpec(functions=2, memory_mb=1769, local_batch=32, iterations=300, time_s=60.0,
-                  restarts=0, platform="aws-lambda-x86_64")
+                  restarts=0, platform="aws-lambda-x86_64", architecture="x86_64")
 
 
 @pytest.fixture(scope="module")
