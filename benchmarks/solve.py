@@ -296,7 +296,7 @@ def bench_processes(runs: int) -> list[ProcessReport]:
 
 
 def targets(reports: Sequence[InstanceReport], processes: Sequence[ProcessReport]) -> list[Target]:
-    """The promises of issue 7 and DESIGN.md's users, each measured and judged."""
+    """The promises of issue 7 and MODEL.md's users, each measured and judged."""
     judged = []
     for r in reports:
         judged.append(Target(

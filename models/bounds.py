@@ -179,7 +179,7 @@ class Crossing:
 def deadline_crossings(
     values: tuple[float, ...], memory_mb: float, deadline_s: float
 ) -> list[Crossing]:
-    """The real, positive n where DESIGN.md's T_train(n, memory_mb) = T_o, each checked to lie
+    """The real, positive n where MODEL.md's T_train(n, memory_mb) = T_o, each checked to lie
     in the regime it was solved in, smallest first (restarts only add to T, so these are
     where the deadline can start or stop being met, never later or earlier)."""
     from lambdadnn.models.derivation import deadline_roots

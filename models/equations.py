@@ -1,4 +1,4 @@
-"""The performance and cost model of DESIGN.md as SymPy expressions: the one source of truth.
+"""The performance and cost model of MODEL.md as SymPy expressions: the one source of truth.
 
 Nothing evaluates these expressions directly: `models.derivation` proves the bounds' facts
 on them and prints them, once, as one numpy program (`models.compiled`), which every figure
@@ -40,7 +40,7 @@ PARAMETER_SYMBOLS: tuple[sp.Symbol, ...] = (
     B_p, B_fmax, p_ps, p_gbs, p_req, L, o,
 )
 
-# Noise terms, per plan (models/noise.py computes them); EXACT gives DESIGN.md's model.
+# Noise terms, per plan (models/noise.py computes them); EXACT gives MODEL.md's model.
 s_c = sp.Symbol("s_c", positive=True)  # E[slowest of n workers' compute factors]
 v_c = sp.Symbol("v_c", nonnegative=True)  # its variance
 v_b = sp.Symbol("v_b", nonnegative=True)  # variance of an iteration's communication factor
@@ -50,7 +50,7 @@ c_q = sp.Symbol("c_q", nonnegative=True)  # the delay planned for at the guarant
 NOISE_SYMBOLS: tuple[sp.Symbol, ...] = (s_c, v_c, v_b, z, c_e, c_q)
 EXACT: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
-# --- the equations, in DESIGN.md's order --------------------------------------------------
+# --- the equations, in MODEL.md's order --------------------------------------------------
 
 fixed_local = n * b_lf <= b_gmax
 global_batch = sp.Piecewise((n * b_lf, fixed_local), (b_gmax, True))

@@ -1,4 +1,4 @@
-"""The performance and cost model of DESIGN.md, evaluated: every figure of any batch of plans.
+"""The performance and cost model of MODEL.md, evaluated: every figure of any batch of plans.
 
 The equations are SymPy expressions in `models.equations`, the one source of truth; they are
 compiled once into one numpy program (`models.compiled`, cached between processes), and every
@@ -51,7 +51,7 @@ class Figures:
 
     @property
     def valid(self) -> npt.NDArray[np.bool_]:
-        """DESIGN.md's validity: a positive rate and storage bandwidth, a local batch of ≥ 1."""
+        """MODEL.md's validity: a positive rate and storage bandwidth, a local batch of ≥ 1."""
         batch_ok = self.local_batch >= 1 - BATCH_SLACK
         return (self.rate > 0) & (self.storage_bandwidth > 0) & batch_ok
 
@@ -83,7 +83,7 @@ def figures(
 ) -> dict[str, Array]:
     """Selected figures for plans `functions` × `memory_mb` (broadcast); the hot path.
 
-    Without `noise` the figures are DESIGN.md's model exactly.
+    Without `noise` the figures are MODEL.md's model exactly.
     """
     compiled = program()
     n_arr = np.asarray(functions, dtype=np.float64)

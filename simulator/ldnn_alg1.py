@@ -16,7 +16,7 @@ Sources, and what comes from where
   retrievable (the IEEE full text and the repository's ``lambdadnn-report.pdf`` were not), so
   the *listing* of Algorithm 1 was not read.  The loop structure above — memory 128..3,008 MB
   step 64, `n_upper = ⌊B_p / B_f^max⌋`, break at the first `n` meeting the deadline, keep the
-  cheapest — is the paper's as summarised in DESIGN.md and in the brief of this module.
+  cheapest — is the paper's as summarised in the design notes and in the brief of this module.
 * Public prototype: github.com/icloud-ecnu/lambdadnn, ``lambda_dnn/examples/Predictor.py``
   (function ``lambdadnn(T_o)``; two stored versions, the later one adds the per-memory S3
   bandwidth).  Taken from it **verbatim** (up to notation):

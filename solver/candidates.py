@@ -114,7 +114,7 @@ def pareto(time: Array, cost: Array, functions: Index, memory: Index) -> Index:
     """Indices of the plans not dominated in (time, cost), sorted by time.
 
     Among plans equal in both, the one with fewer functions, then less memory, is kept, so the
-    front carries DESIGN.md's tie order.
+    front carries MODEL.md's tie order.
     """
     order = np.lexsort((memory, functions, cost, time))
     sorted_cost = cost[order]
@@ -123,7 +123,7 @@ def pareto(time: Array, cost: Array, functions: Index, memory: Index) -> Index:
 
 
 def canonical(time: Array, cost: Array, functions: Index, memory: Index) -> int:
-    """DESIGN.md's optimum among feasible plans: least cost; within 1e-12, least T, n, m."""
+    """MODEL.md's optimum among feasible plans: least cost; within 1e-12, least T, n, m."""
     tied = np.flatnonzero(cost <= cost.min() * (1 + TIE_RTOL))
     order = np.lexsort((memory[tied], functions[tied], time[tied]))
     return int(tied[order[0]])
@@ -163,7 +163,7 @@ def fastest_choices(
     deadline), with their time above the fastest in units of TIE_RTOL as the objective.
 
     Equal times go to the cheaper plan, then fewer functions, then less memory (the Pareto
-    front's order), so its first plan is DESIGN.md's answer and every other is slower: at
+    front's order), so its first plan is MODEL.md's answer and every other is slower: at
     least one ulp, ≥ 1e-4 in these units.
     """
     front = pareto(time, cost, functions, memory)

@@ -153,7 +153,7 @@ class Instance:
         return grid_min if floor is None else max(grid_min, floor)
 
     def parameters(self) -> dict[str, float]:
-        """The model's parameters by symbol name (see `models.performance.PARAMETERS`)."""
+        """The model's parameters by symbol name (see `models.equations.PARAMETER_SYMBOLS`)."""
         w, rate, storage = self.workload, self.profile.rate, self.profile.storage_bandwidth
         ps, pf = self.parameter_server, self.platform
         return {

@@ -199,7 +199,7 @@ def solve(
     With `guarantee=p` the plan meets the deadline in at least a share p of runs under the
     noise model (`noise`, default `NoiseModel()`): the deadline is checked against the
     p-quantile of the training time, the cost is the expected one.
-    The exact enumeration chooses when one plan is left after DESIGN.md's tie rule, else
+    The exact enumeration chooses when one plan is left after MODEL.md's tie rule, else
     HiGHS does (`plan.selected_by`).
     Raises `InstanceError` for bad input (naming the likely field when the model overflows),
     `NoValidPlanError` when no plan is valid at all, `SolverError` when HiGHS does not prove
@@ -285,7 +285,7 @@ def solve(
 def deadline_crossings(
     instance: InstanceLike, *, memory_mb: int, platform: str | None = None
 ) -> list[model_bounds.Crossing]:
-    """Where DESIGN.md's T_train(n, memory_mb) = T_o, per regime (the paper's closed forms for
+    """Where MODEL.md's T_train(n, memory_mb) = T_o, per regime (the paper's closed forms for
     n, solved by SymPy): the n bounds of `solve()` lie between them, restarts only adding time."""
     loaded = load_instance(instance, platform=platform)
     values = model.parameter_values(loaded.parameters())

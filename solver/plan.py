@@ -77,7 +77,7 @@ class Plan(PlanFigures):
     """The answer of `solve()`: the cheapest feasible plan, or the fastest one if none is.
 
     `status` is the answer to the user's question. `pareto_candidates` is how many plans were
-    left to choose among after DESIGN.md's tie rule; `selected_by` says who chose: the exact
+    left to choose among after MODEL.md's tie rule; `selected_by` says who chose: the exact
     enumeration when one was left, else HiGHS, whose termination status for the selection
     model is `solver_status` (`not_run` when it was not needed; linopy-style, the two
     statuses are never conflated).

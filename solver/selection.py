@@ -1,6 +1,6 @@
 """Choosing the plan: by the enumeration when one choice is left, else by HiGHS.
 
-The enumeration evaluates every candidate exactly, and DESIGN.md's tie rule leaves, in most
+The enumeration evaluates every candidate exactly, and MODEL.md's tie rule leaves, in most
 solves, one plan that no other can rival (`solver.candidates.cheapest_choices`): then there is
 nothing to choose, that plan is the answer (`selected_by="enumeration"`), HiGHS is not run
 and Pyomo is not even imported. When several plans are left, the formal statement of the

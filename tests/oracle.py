@@ -1,13 +1,13 @@
-"""An independent brute-force oracle for the performance and cost model of DESIGN.md.
+"""An independent brute-force oracle for the performance and cost model of MODEL.md.
 
-The solver evaluates one SymPy model (`models/performance.py`) and prunes the grid with bounds
+The solver evaluates one SymPy model (`models/equations.py`) and prunes the grid with bounds
 derived from it. To test that machinery we need an answer that shares none of its code: this
-module re-types DESIGN.md's equations by hand with plain numpy and scans the *whole* grid, so a
+module re-types MODEL.md's equations by hand with plain numpy and scans the *whole* grid, so a
 wrong derivation, a wrong lambdification or an unsound bound all show up as a disagreement.
 It deliberately imports nothing from `models/` and only the dataclass types from
 `solver.instance`.
 
-Conventions (straight from DESIGN.md, "The performance model"):
+Conventions (straight from docs/MODEL.md, "Equations" and "What counts as a plan"):
 
 * `k` is real (never rounded); restarts `r = max(0, ceil(T_train / L) - 1)` are whole numbers.
 * validity is `R > 0`, `B_f^s > 0` and `b_l >= 1`; feasibility adds `T <= T_o`,
@@ -34,7 +34,7 @@ BoolArray = npt.NDArray[np.bool_]
 
 Status = Literal["optimal", "infeasible", "none"]
 
-#: Relative cost difference under which two plans count as equally cheap (DESIGN.md).
+#: Relative cost difference under which two plans count as equally cheap (MODEL.md).
 COST_TIE = 1e-12
 #: Rows of `n` evaluated at once: 64 x 10,113 sizes x ~20 temporaries stays near 100 MB.
 CHUNK_ROWS = 64
@@ -45,7 +45,7 @@ class OracleAnswer:
     """What the brute force found: the optimum, the fastest plan if none is feasible, or nothing.
 
     `status` is 'optimal' (the cheapest feasible plan), 'infeasible' (no feasible plan; the
-    fields describe the fastest valid plan within the limits, as DESIGN.md requires the solver
+    fields describe the fastest valid plan within the limits, as MODEL.md requires the solver
     to report) or 'none' (not even a valid plan exists; all other fields are None).
     """
 
@@ -59,7 +59,7 @@ class OracleAnswer:
 def _evaluate(instance: Instance, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]:
     """Every quantity of the model for `n` and `m`, broadcast against each other.
 
-    Written line by line from DESIGN.md so that a reader can check it against the table of
+    Written line by line from MODEL.md so that a reader can check it against the table of
     equations; numpy warnings are silenced because invalid points (R <= 0, B_f^s <= 0) divide
     by zero or go negative on purpose and are masked by `valid`.
     """
@@ -175,7 +175,7 @@ def _first_min(
     """Row and column of the masked point least in `primary`, then `secondary`, then position.
 
     Position order is row-major, i.e. smaller n first, then smaller m, exactly the tie order
-    DESIGN.md asks for, because rows are increasing n and columns increasing m. Infinite
+    MODEL.md asks for, because rows are increasing n and columns increasing m. Infinite
     values (a valid plan whose time overflows) still count: they are masked in, not out.
     """
     if not mask.any():

@@ -1,6 +1,6 @@
 """Hypothesis strategies for instances: valid ones for the model and bounds, junk for the loader.
 
-`instance_mappings()` draws instances in DESIGN.md's YAML schema (inline platform) across the
+`instance_mappings()` draws instances in MODEL.md's YAML schema (inline platform) across the
 corners that break hand-derived bounds: negative intercepts (low memories invalid), rate
 saturation, a memory floor, short timeouts (restarts), free and priced parameter servers,
 impossible deadlines, and both batch regimes. Grids stay small so the brute-force oracle
@@ -109,7 +109,7 @@ def _linear(
 def instance_mappings(
     draw: st.DrawFn, *, max_memory_sizes: int = 400, max_concurrency: int = 300
 ) -> dict[str, Any]:
-    """A valid instance mapping (DESIGN.md schema, inline platform) small enough to brute-force.
+    """A valid instance mapping (MODEL.md schema, inline platform) small enough to brute-force.
 
     At most `max_memory_sizes` memory sizes x `max_concurrency` functions. The ranges bracket
     the four shipped instances (λDNN's Table 5); slopes are >= 0 as the loader requires, while

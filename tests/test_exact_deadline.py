@@ -55,7 +55,7 @@ def assert_met_exactly(instance: Instance | dict[str, Any], functions: int, memo
     plan = solve(instance, deadline_s=deadline, **options)
     assert plan.status == "optimal", f"{functions} × {memory_mb} MB: {plan.status}"
     assert plan.deadline_time_s <= deadline
-    assert plan.cost_usd <= plan_there.cost_usd * (1 + COST_TIE)  # DESIGN.md's tie rule
+    assert plan.cost_usd <= plan_there.cost_usd * (1 + COST_TIE)  # MODEL.md's tie rule
 
 
 @pytest.mark.parametrize("path", SHIPPED)

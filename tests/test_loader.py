@@ -122,7 +122,7 @@ def test_shipped_platform_loads_unchanged(path: Path) -> None:
     ],
 )
 def test_design_platforms_are_shipped(name: str, price: float, grid: tuple[int, int, int]) -> None:
-    """DESIGN.md requires these three platforms, with these prices and memory grids."""
+    """The three shipped platforms (README), with these prices and memory grids."""
     platform = load_instance(MOBILENET, platform=name).platform
     assert platform.price_per_gb_second == price
     assert (platform.memory.min_mb, platform.memory.max_mb, platform.memory.step_mb) == grid

@@ -1,4 +1,4 @@
-"""The SymPy model against DESIGN.md computed by hand, and the facts the bounds rest on."""
+"""The SymPy model against MODEL.md computed by hand, and the facts the bounds rest on."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ MOBILENET = "instances/mobilenet-cifar10.yaml"
 
 
 def hand_figures(p: dict[str, float], n: int, m: float) -> dict[str, float]:
-    """DESIGN.md's equations line by line in plain Python floats."""
+    """MODEL.md's equations line by line in plain Python floats."""
     if n * p["b_lf"] <= p["b_gmax"]:
         b_g, b_l = n * p["b_lf"], p["b_lf"]
     else:

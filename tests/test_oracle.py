@@ -1,7 +1,7 @@
 """Sanity checks of the brute-force oracle itself, against hand computation and plain Python.
 
 The oracle is what every soundness test of the bounds and the solver leans on, so it gets
-its own evidence: plans of the MobileNet instance worked out step by step from DESIGN.md's
+its own evidence: plans of the MobileNet instance worked out step by step from MODEL.md's
 equations with plain floats (covering both batch regimes, PS-bound communication and
 restarts), exhaustive pure-Python searches of small random instances (which pin the
 tie-breaking and fallback rules), and the statuses for impossible deadlines and hopeless
@@ -84,7 +84,7 @@ MOBILENET_PLANS = [
 def test_mobilenet_plan_matches_hand_computation(
     n: int, m: int, restarts: int, time: float, cost: float
 ) -> None:
-    """The oracle's figures for one plan equal DESIGN.md's equations evaluated by hand."""
+    """The oracle's figures for one plan equal MODEL.md's equations evaluated by hand."""
     instance = load_instance(INSTANCES / "mobilenet-cifar10.yaml")
     by_hand = mobilenet_by_hand(n, m)
     values = grid(instance, np.array([n]), np.array([m]))
@@ -232,7 +232,7 @@ def test_shipped_instances_have_feasible_optima_within_limits() -> None:
 
 
 def python_plan(instance: Instance, n: int, m: float) -> tuple[bool, bool, float, float]:
-    """(valid, within limits, time, cost) of one plan, DESIGN.md in scalar Python."""
+    """(valid, within limits, time, cost) of one plan, MODEL.md in scalar Python."""
     w, pf = instance.workload, instance.platform
     rate_p, storage_p, ps_p = (
         instance.profile.rate, instance.profile.storage_bandwidth, instance.parameter_server)
