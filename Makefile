@@ -44,14 +44,22 @@ typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy -p lambdadnn.models -p lambdadnn.solver -p lambdadnn.simulator \
 	  -p lambdadnn.launcher -m lambdadnn.cli -m lambdadnn
 
-## pytest: start redis-server and a moto server on 127.0.0.1, run pytest, stop them
+## pytest: start redis-server and a moto server on 127.0.0.1, run pytest with line and branch
+## coverage of models/ and solver/, stop them
+COVERAGE := --cov=lambdadnn.models --cov=lambdadnn.solver --cov-report=term
 pytest: $(VENV)/.installed-test $(REDIS_SERVER)
-	.ci/with-services $(BIN)/pytest
+	.ci/with-services $(BIN)/pytest $(COVERAGE)
 
 ## bench: solve() vs brute force and Algorithm 1; 10,000 simulated jobs vs the 60 s target
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.solve
 	$(BIN)/python -m benchmarks.simulate
+
+## mutate: plant each known bug of tests/mutation.py in a scratch copy, run the tests that
+## should catch it, print `killed K/N`, fail if one survives (minutes; not part of `make test`)
+.PHONY: mutate
+mutate: $(VENV)/.installed-test
+	$(BIN)/python -m tests.mutation
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis

@@ -2,16 +2,23 @@
 
 The solver evaluates one SymPy model (`models/equations.py`) and prunes the grid with bounds
 derived from it. To test that machinery we need an answer that shares none of its code: this
-module re-types MODEL.md's equations by hand with plain numpy and scans the *whole* grid, so a
-wrong derivation, a wrong lambdification or an unsound bound all show up as a disagreement.
-It deliberately imports nothing from `models/` and only the dataclass types from
-`solver.instance`.
+module reads the instance itself (a YAML path or a plain mapping, with `yaml.safe_load`; a
+platform given by name is read from `platforms/NAME.yaml` or `NAME.yaml` beside the instance,
+else from the repository's `instances/platforms/`), works out the limits itself (n up to the
+least of `platform.max_concurrency` and `limits.max_functions`, m from the larger of the
+grid's minimum and `workload.min_memory_mb`), re-types MODEL.md's equations by hand with plain
+numpy and scans the *whole* grid. It imports nothing from `lambdadnn` (tests/test_oracle.py
+checks), so a wrong loader, a limit ignored, a wrong derivation, a wrong lambdification or an
+unsound bound all show up as a disagreement.
+
+Input is trusted: callers hand it instances the loader accepts (the loader's own tests judge
+refusals).
 
 Conventions (straight from docs/MODEL.md, "Equations" and "What counts as a plan"):
 
 * `k` is real (never rounded); restarts `r = max(0, ceil(T_train / L) - 1)` are whole numbers.
 * validity is `R > 0`, `B_f^s > 0` and `b_l >= 1`; feasibility adds `T <= T_o`,
-  `n <= instance.max_functions` and `m >= instance.min_memory_mb`.
+  `n <= max_functions` and `m >= min_memory_mb`.
 * all comparisons are exact float comparisons: a plan whose time equals the deadline is
   feasible. Plans within one rounding error of a threshold (deadline, a multiple of `L`)
   may legitimately be classified differently by an implementation that orders its float
@@ -20,14 +27,16 @@ Conventions (straight from docs/MODEL.md, "Equations" and "What counts as a plan
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-
-from lambdadnn.solver.instance import Instance
+import yaml
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -38,6 +47,108 @@ Status = Literal["optimal", "infeasible", "none"]
 COST_TIE = 1e-12
 #: Rows of `n` evaluated at once: 64 x 10,113 sizes x ~20 temporaries stays near 100 MB.
 CHUNK_ROWS = 64
+
+
+#: The repository's shipped platforms, where a platform named in an instance is found last.
+PLATFORMS = Path(__file__).resolve().parent.parent / "instances" / "platforms"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An instance as the plain numbers MODEL.md names, read by this module from the YAML."""
+
+    d_m: float
+    d_t: float
+    n_t: float
+    e: float
+    b_lf: float
+    b_gmax: float
+    alpha1: float
+    beta1: float
+    m_sat: float  # inf without saturation
+    alpha2: float
+    beta2: float
+    b_s: float
+    b_p: float
+    b_fmax: float
+    p_ps: float
+    p_gbs: float
+    p_req: float
+    timeout_s: float
+    timeout_margin_s: float
+    restart_overhead_s: float
+    deadline_s: float
+    memory_min: int
+    memory_max: int
+    memory_step: int
+    max_functions: int  # min(platform.max_concurrency, limits.max_functions)
+    min_memory_mb: float  # max(memory_mb.min, workload.min_memory_mb)
+
+    def memory(self) -> FloatArray:
+        """The platform's memory grid min, min + step, ..., max."""
+        return np.arange(self.memory_min, self.memory_max + 1, self.memory_step, dtype=np.float64)
+
+
+Source = Problem | str | Path | Mapping[str, Any]
+
+
+def _platform(value: Any, beside: Path | None) -> Mapping[str, Any]:
+    """The platform mapping: inline, or by name beside the instance, then the shipped one."""
+    if isinstance(value, Mapping):
+        return value
+    folders = ([beside / "platforms", beside] if beside is not None else []) + [PLATFORMS]
+    for folder in folders:
+        path = folder / f"{value}.yaml"
+        if path.is_file():
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            assert isinstance(loaded, Mapping), path
+            return loaded
+    raise FileNotFoundError(f"no platform {value!r} beside {beside} or in {PLATFORMS}")
+
+
+def read(
+    source: Source, *, platform: str | Mapping[str, Any] | None = None,
+    deadline_s: float | None = None,
+) -> Problem:
+    """The `Problem` of an instance YAML path or mapping (or a `Problem`, returned as is), with
+    the platform and the deadline optionally replaced, as `solve(platform=, deadline_s=)` does."""
+    if isinstance(source, Problem):
+        if platform is not None:
+            raise ValueError("a Problem's platform cannot be replaced; pass the YAML or mapping")
+        return source if deadline_s is None else dataclasses.replace(source, deadline_s=deadline_s)
+    beside: Path | None = None
+    if isinstance(source, (str, Path)):
+        beside = Path(source).resolve().parent
+        raw = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+    else:
+        raw = source
+    assert isinstance(raw, Mapping), source
+    pf = _platform(raw["platform"] if platform is None else platform, beside)
+    w, rate, storage = raw["workload"], raw["profile"]["rate"], raw["profile"]["storage_bandwidth"]
+    ps, grid_mb = raw["parameter_server"], pf["memory_mb"]
+    cap = (raw.get("limits") or {}).get("max_functions")
+    floor = w.get("min_memory_mb")
+    saturation = rate.get("saturates_at_mb")
+    return Problem(
+        d_m=float(w["model_size_mb"]), d_t=float(w["dataset_size_mb"]), n_t=float(w["samples"]),
+        e=float(w["epochs"]), b_lf=float(w["local_batch"]), b_gmax=float(w["max_global_batch"]),
+        alpha1=float(rate["slope"]), beta1=float(rate["intercept"]),
+        m_sat=math.inf if saturation is None else float(saturation),
+        alpha2=float(storage["slope"]), beta2=float(storage["intercept"]),
+        b_s=float(storage["max_mbps"]),
+        b_p=float(ps["bandwidth_mbps"]), b_fmax=float(ps["function_bandwidth_mbps"]),
+        p_ps=float(ps["price_per_hour"]),
+        p_gbs=float(pf["price_per_gb_second"]), p_req=float(pf["price_per_request"]),
+        timeout_s=float(pf["timeout_s"]), timeout_margin_s=float(pf["timeout_margin_s"]),
+        restart_overhead_s=float(pf["restart_overhead_s"]),
+        deadline_s=float(raw["objective"]["deadline_s"] if deadline_s is None else deadline_s),
+        memory_min=int(grid_mb["min"]), memory_max=int(grid_mb["max"]),
+        memory_step=int(grid_mb["step"]),
+        max_functions=int(pf["max_concurrency"]) if cap is None
+        else min(int(cap), int(pf["max_concurrency"])),
+        min_memory_mb=float(grid_mb["min"]) if floor is None
+        else max(float(grid_mb["min"]), float(floor)),
+    )
 
 
 @dataclass(frozen=True)
@@ -56,53 +167,39 @@ class OracleAnswer:
     cost_usd: float | None
 
 
-def _evaluate(instance: Instance, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]:
+def _evaluate(p: Problem, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]:
     """Every quantity of the model for `n` and `m`, broadcast against each other.
 
     Written line by line from MODEL.md so that a reader can check it against the table of
     equations; numpy warnings are silenced because invalid points (R <= 0, B_f^s <= 0) divide
     by zero or go negative on purpose and are masked by `valid`.
     """
-    w = instance.workload
-    rate_profile = instance.profile.rate
-    storage = instance.profile.storage_bandwidth
-    ps = instance.parameter_server
-    pf = instance.platform
-
-    d_m = float(w.model_size_mb)
-    d_t = float(w.dataset_size_mb)
-    n_t = float(w.samples)
-    e = float(w.epochs)
-    b_lf = float(w.local_batch)
-    b_gmax = float(w.max_global_batch)
-    saturation = rate_profile.saturates_at_mb
-    m_sat = math.inf if saturation is None else float(saturation)
-    usable = float(pf.timeout_s) - float(pf.timeout_margin_s)  # L
+    usable = p.timeout_s - p.timeout_margin_s  # L
 
     with np.errstate(all="ignore"):
-        fixed_local = n * b_lf <= b_gmax
-        global_batch = np.where(fixed_local, n * b_lf, b_gmax)
-        local_batch = np.where(fixed_local, b_lf, b_gmax / n)
-        iterations = n_t * e / global_batch
-        rate = rate_profile.slope * np.minimum(m, m_sat) + rate_profile.intercept
-        storage_bw = np.minimum(storage.slope * m + storage.intercept, storage.max_mbps)
-        ps_bw = np.minimum(ps.function_bandwidth_mbps, ps.bandwidth_mbps / n)
-        t_load = d_t / (n * storage_bw)
+        fixed_local = n * p.b_lf <= p.b_gmax
+        global_batch = np.where(fixed_local, n * p.b_lf, p.b_gmax)
+        local_batch = np.where(fixed_local, p.b_lf, p.b_gmax / n)
+        iterations = p.n_t * p.e / global_batch
+        rate = p.alpha1 * np.minimum(m, p.m_sat) + p.beta1
+        storage_bw = np.minimum(p.alpha2 * m + p.beta2, p.b_s)
+        ps_bw = np.minimum(p.b_fmax, p.b_p / n)
+        t_load = p.d_t / (n * storage_bw)
         t_comp = local_batch / rate
-        t_comm = 2.0 * d_m / ps_bw
+        t_comm = 2.0 * p.d_m / ps_bw
         time_train = t_load + iterations * (t_comp + t_comm)
         restarts = np.maximum(0.0, np.ceil(time_train / usable) - 1.0)
-        time = time_train + restarts * pf.restart_overhead_s
+        time = time_train + restarts * p.restart_overhead_s
         cost = (
-            time * (n * (m / 1024.0) * pf.price_per_gb_second + ps.price_per_hour / 3600.0)
-            + n * (restarts + 1.0) * pf.price_per_request
+            time * (n * (m / 1024.0) * p.p_gbs + p.p_ps / 3600.0)
+            + n * (restarts + 1.0) * p.p_req
         )
         valid = (rate > 0) & (storage_bw > 0) & (local_batch >= 1)
         time = np.where(valid, time, np.nan)
         cost = np.where(valid, cost, np.nan)
         restarts = np.where(valid, restarts, np.nan)
-        within_limits = (n <= instance.max_functions) & (m >= instance.min_memory_mb)
-        feasible = valid & within_limits & (time <= instance.objective.deadline_s)
+        within_limits = (n <= p.max_functions) & (m >= p.min_memory_mb)
+        feasible = valid & within_limits & (time <= p.deadline_s)
 
     return {
         "functions": n,
@@ -127,24 +224,23 @@ def _evaluate(instance: Instance, n: FloatArray, m: FloatArray) -> dict[str, np.
     }
 
 
-def _default_functions(instance: Instance) -> FloatArray:
+def _default_functions(p: Problem) -> FloatArray:
     """n = 1..max_functions as a column, so it broadcasts against the memory row."""
-    return np.arange(1, instance.max_functions + 1, dtype=np.float64)[:, np.newaxis]
-
-
-def _default_memory(instance: Instance) -> FloatArray:
-    """The platform's memory grid as a row."""
-    return instance.platform.memory.values()[np.newaxis, :]
+    return np.arange(1, p.max_functions + 1, dtype=np.float64)[:, np.newaxis]
 
 
 def grid(
-    instance: Instance,
+    source: Source,
     functions: npt.ArrayLike | None = None,
     memory_mb: npt.ArrayLike | None = None,
+    *,
+    platform: str | Mapping[str, Any] | None = None,
+    deadline_s: float | None = None,
 ) -> dict[str, np.ndarray]:
     """The model evaluated on the full grid, or on the given `functions` and `memory_mb`.
 
-    By default `functions` is the column n = 1..instance.max_functions and `memory_mb` the row
+    `source`, `platform` and `deadline_s` are as for `read`. By default `functions` is the
+    column n = 1..max_functions and `memory_mb` the row
     of the platform's memory grid, so 2-D results have shape (max_functions, grid size); given
     arrays are used as they are and broadcast by numpy's rules (pass a column and a row for a
     grid, or two equal-length vectors for a list of plans). Each quantity keeps its own
@@ -154,13 +250,14 @@ def grid(
     t_comp, t_comm, time_train, restarts, time, cost, valid, within_limits (valid, n and m
     within limits), feasible. Memory is not checked to lie on the platform grid.
     """
-    n = _default_functions(instance) if functions is None else np.asarray(functions, np.float64)
-    m = _default_memory(instance) if memory_mb is None else np.asarray(memory_mb, np.float64)
+    p = read(source, platform=platform, deadline_s=deadline_s)
+    n = _default_functions(p) if functions is None else np.asarray(functions, np.float64)
+    m = p.memory()[np.newaxis, :] if memory_mb is None else np.asarray(memory_mb, np.float64)
     if n.ndim != 2 or n.shape[1] != 1 or n.shape[0] <= CHUNK_ROWS:
-        return _evaluate(instance, n, m)
+        return _evaluate(p, n, m)
     # A tall column: evaluate a few rows at a time so temporaries stay small, then stack.
     parts = [
-        _evaluate(instance, n[i : i + CHUNK_ROWS], m) for i in range(0, n.shape[0], CHUNK_ROWS)
+        _evaluate(p, n[i : i + CHUNK_ROWS], m) for i in range(0, n.shape[0], CHUNK_ROWS)
     ]
     result: dict[str, np.ndarray] = {}
     for key in parts[0]:
@@ -190,7 +287,10 @@ def _first_min(
     return int(row), int(col)
 
 
-def brute_force(instance: Instance, *, chunk_rows: int = CHUNK_ROWS) -> OracleAnswer:
+def brute_force(
+    source: Source, *, chunk_rows: int = CHUNK_ROWS,
+    platform: str | Mapping[str, Any] | None = None, deadline_s: float | None = None,
+) -> OracleAnswer:
     """The exact optimum (or fastest valid plan) by scanning every (n, m) of the grid.
 
     Two passes over chunks of `chunk_rows` values of n keep memory bounded for the
@@ -200,15 +300,17 @@ def brute_force(instance: Instance, *, chunk_rows: int = CHUNK_ROWS) -> OracleAn
     time, then smallest n, then smallest m. With no feasible point, the answer is the fastest
     plan that is valid with n and m within limits (ties: least cost, smaller n, smaller m).
     The second pass recomputes the same floats, so both passes agree bit for bit.
+    `source`, `platform` and `deadline_s` are as for `read`.
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
-    n_all = _default_functions(instance)
-    m_row = _default_memory(instance)
+    p = read(source, platform=platform, deadline_s=deadline_s)
+    n_all = _default_functions(p)
+    m_row = p.memory()[np.newaxis, :]
     starts = list(range(0, n_all.shape[0], chunk_rows))
 
     def chunk(start: int) -> dict[str, np.ndarray]:
-        return _evaluate(instance, n_all[start : start + chunk_rows], m_row)
+        return _evaluate(p, n_all[start : start + chunk_rows], m_row)
 
     # Per chunk: the least cost of its feasible plans and least time of its fallback plans,
     # or None when it has no such plan (not inf: a valid plan's time may overflow to inf).
@@ -261,3 +363,25 @@ def brute_force(instance: Instance, *, chunk_rows: int = CHUNK_ROWS) -> OracleAn
                 key = (float(found.cost_usd or 0.0), start + point[0], point[1])
                 candidates.append((key, found))
     return min(candidates, key=lambda pair: pair[0])[1]
+
+
+def fastest(source: Source, *, platform: str | Mapping[str, Any] | None = None) -> OracleAnswer:
+    """The fastest valid plan within the limits, whatever the deadline (status 'infeasible'),
+    or status 'none' when there is no valid plan."""
+    return brute_force(source, platform=platform, deadline_s=-math.inf)
+
+
+#: How far `around_deadline` moves the deadline: ~45 ulps, far beyond the 1-2 ulps by which
+#: an implementation that orders its float operations differently may compute a time.
+DEADLINE_NUDGE = 1e-14
+
+
+def around_deadline(source: Source) -> list[OracleAnswer]:
+    """The answers at the deadline and at the deadline moved by `DEADLINE_NUDGE` relative,
+    down then up. When they agree, no plan lies within rounding of the deadline and any
+    implementation must give that answer; when they do not, it may give any of them."""
+    problem = read(source)
+    return [
+        brute_force(problem, deadline_s=problem.deadline_s * factor)
+        for factor in (1.0, 1.0 - DEADLINE_NUDGE, 1.0 + DEADLINE_NUDGE)
+    ]

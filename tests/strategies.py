@@ -3,16 +3,20 @@
 `instance_mappings()` draws instances in MODEL.md's YAML schema (inline platform) across the
 corners that break hand-derived bounds: negative intercepts (low memories invalid), rate
 saturation, a memory floor, short timeouts (restarts), free and priced parameter servers,
-impossible deadlines, and both batch regimes. Grids stay small so the brute-force oracle
+and both batch regimes. Deadlines are drawn against the instance (`deadlines`), mostly where
+they change the answer. Grids stay small so the brute-force oracle
 answers in milliseconds. `arbitrary_mappings()` draws junk and near-valid mutants for fuzzing
 `load_instance`, which must answer every one with an `InstanceError` or an `Instance`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hypothesis import strategies as st
+
+from tests import oracle
 
 #: Every field the schema knows, by section path ("" is the top level).
 SCHEMA: dict[str, tuple[str, ...]] = {
@@ -113,8 +117,8 @@ def instance_mappings(
 
     At most `max_memory_sizes` memory sizes x `max_concurrency` functions. The ranges bracket
     the four shipped instances (λDNN's Table 5); slopes are >= 0 as the loader requires, while
-    intercepts may be negative so that low memories are invalid, and the deadline spans
-    seconds to hours so that some instances are infeasible.
+    intercepts may be negative so that low memories are invalid; the deadline is drawn by
+    `deadlines` from what the instance can do.
     """
     platform = draw(_platform(max_memory_sizes, max_concurrency))
     grid_min, grid_max = platform["memory_mb"]["min"], platform["memory_mb"]["max"]
@@ -149,11 +153,45 @@ def instance_mappings(
             "function_bandwidth_mbps": draw(_real(5, 200)),
             "price_per_hour": draw(st.one_of(st.just(0.0), _real(0.005, 2.0))),
         },
-        "objective": {"deadline_s": draw(st.one_of(_real(1, 600), _real(600, 20_000)))},
     }
     if draw(st.booleans()):
-        mapping["limits"] = {"max_functions": draw(st.integers(1, 400))}
+        # Often small, so that the limit binds where the optimum would use more functions.
+        mapping["limits"] = {"max_functions": draw(st.integers(1, 16) | st.integers(1, 400))}
+    mapping["objective"] = {"deadline_s": draw(deadlines(mapping))}
     return mapping
+
+
+#: The longest deadline the loader accepts (`solver.instance.MAX_SECONDS`, restated).
+MAX_DEADLINE_S = 1e9
+
+
+@st.composite
+def deadlines(draw: st.DrawFn, mapping: dict[str, Any]) -> float:
+    """A deadline for `mapping` (any deadline of its own is ignored) that matters.
+
+    Measured against the fastest valid plan within the limits, as the independent oracle
+    (not the package) computes it: 70% from 1.0001x to 20x its time, log-uniform (feasible,
+    and often binding); 20% exactly a random valid plan's time as the oracle computes it, to
+    the last bit (the plan itself is then feasible, or within one rounding of it; a relative
+    draw when the drawn plan is not valid); 10% below the fastest time (infeasible). Without
+    a valid plan, or when times exceed what a deadline may be, seconds to hours regardless.
+    """
+    fastest = oracle.fastest(mapping)
+    t_min = fastest.time_s
+    if t_min is None or not 0 < t_min <= MAX_DEADLINE_S / 20:
+        return draw(st.one_of(_real(1, 600), _real(600, 20_000)))
+    kind = draw(st.sampled_from(["relative"] * 7 + ["plan"] * 2 + ["infeasible"]))
+    if kind == "plan":
+        problem = oracle.read(mapping, deadline_s=math.inf)
+        memory = [m for m in problem.memory().tolist() if m >= problem.min_memory_mb]
+        n = draw(st.integers(1, problem.max_functions))
+        figures = oracle.grid(problem, n, draw(st.sampled_from(memory)))
+        time = float(figures["time"])
+        if bool(figures["valid"]) and time <= MAX_DEADLINE_S:
+            return time
+    if kind == "infeasible":
+        return t_min * draw(st.floats(0.05, 0.9999))
+    return t_min * math.exp(draw(st.floats(math.log(1.0001), math.log(20.0))))
 
 
 # --- junk for the loader ------------------------------------------------------------------

@@ -10,7 +10,10 @@ profiles.
 
 from __future__ import annotations
 
+import ast
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambdadnn.solver.instance import Instance, load_instance
-from tests.oracle import COST_TIE, OracleAnswer, brute_force, grid
+from tests.by_hand import hand, problem_of
+from tests.oracle import COST_TIE, OracleAnswer, Problem, brute_force, grid, read
 from tests.strategies import instance_mappings
 
 INSTANCES = Path(__file__).resolve().parent.parent / "instances"
@@ -85,9 +89,8 @@ def test_mobilenet_plan_matches_hand_computation(
     n: int, m: int, restarts: int, time: float, cost: float
 ) -> None:
     """The oracle's figures for one plan equal MODEL.md's equations evaluated by hand."""
-    instance = load_instance(INSTANCES / "mobilenet-cifar10.yaml")
     by_hand = mobilenet_by_hand(n, m)
-    values = grid(instance, np.array([n]), np.array([m]))
+    values = grid(INSTANCES / "mobilenet-cifar10.yaml", np.array([n]), np.array([m]))
     for key, expected in by_hand.items():
         assert float(values[key][0]) == pytest.approx(expected, rel=1e-12), key
     assert bool(values["valid"][0])
@@ -98,26 +101,26 @@ def test_mobilenet_plan_matches_hand_computation(
 
 def test_restarts_add_the_overhead_once_per_restart() -> None:
     """When T_train exceeds L, r = ceil(T_train / L) - 1 restarts each add restart_overhead_s."""
-    instance = load_instance(INSTANCES / "mobilenet-cifar10.yaml")
-    values = grid(instance)
-    usable = instance.platform.timeout_s - instance.platform.timeout_margin_s
+    problem = read(INSTANCES / "mobilenet-cifar10.yaml")
+    values = grid(problem)
+    usable = problem.timeout_s - problem.timeout_margin_s
     t_train, restarts = values["time_train"], values["restarts"]
     assert (restarts > 0).any() and (restarts == 0).any()
     assert np.array_equal(restarts > 0, t_train > usable)
     assert np.array_equal(restarts, np.ceil(t_train / usable) - 1)
-    overhead = instance.platform.restart_overhead_s
+    overhead = problem.restart_overhead_s
     np.testing.assert_allclose(values["time"], t_train + restarts * overhead, rtol=1e-15)
 
 
 def test_default_grid_shape_and_given_points_agree() -> None:
     """The full grid is max_functions x grid size, and evaluating listed plans gives the same."""
-    instance = load_instance(INSTANCES / "resnet50-cifar10.yaml")
-    values = grid(instance)  # 1,000 functions: evaluated in chunks and stacked
-    assert values["time"].shape == (1000, instance.platform.memory.size)
+    problem = read(INSTANCES / "resnet50-cifar10.yaml")
+    values = grid(problem)  # 1,000 functions: evaluated in chunks and stacked
+    assert values["time"].shape == (1000, 10_113)  # 128..10,240 MB in 1 MB steps
     rows = np.array([0, 63, 64, 500, 999])
     cols = np.array([0, 2304, 17, 10112, 5000])
-    memory = instance.platform.memory.values()[cols]
-    listed = grid(instance, rows + 1, memory)
+    memory = 128.0 + cols
+    listed = grid(problem, rows + 1, memory)
     for key in ("time", "cost", "valid", "feasible"):
         np.testing.assert_array_equal(listed[key], values[key][rows, cols])
     floor = memory < 2432  # resnet50 needs 2,432 MB
@@ -128,10 +131,9 @@ def test_impossible_deadline_gives_the_fastest_valid_plan() -> None:
     """Nothing finishes in one second: status 'infeasible' with the least time over the grid."""
     mapping = mobilenet_mapping()
     mapping["objective"]["deadline_s"] = 1
-    instance = load_instance(mapping)
-    answer = brute_force(instance)
+    answer = brute_force(mapping)
     assert answer.status == "infeasible"
-    values = grid(instance)
+    values = grid(mapping)
     assert not values["feasible"].any()
     assert answer.time_s == float(np.nanmin(values["time"]))
     assert answer.time_s is not None and answer.time_s > 1
@@ -142,7 +144,7 @@ def test_no_valid_plan_gives_none() -> None:
     """A rate that is negative at every memory leaves no valid plan: status 'none'."""
     mapping = mobilenet_mapping()
     mapping["profile"]["rate"] = {"slope": 0.0, "intercept": -1.0}
-    assert brute_force(load_instance(mapping)) == OracleAnswer("none", None, None, None, None)
+    assert brute_force(mapping) == OracleAnswer("none", None, None, None, None)
 
 
 def test_overflowing_time_is_still_a_valid_plan() -> None:
@@ -150,7 +152,7 @@ def test_overflowing_time_is_still_a_valid_plan() -> None:
     the answer is the fastest valid plan ('infeasible', time inf), not 'none'."""
     mapping = mobilenet_mapping()
     mapping["profile"]["storage_bandwidth"] = {"slope": 0, "intercept": 1e-308, "max_mbps": 115}
-    answer = brute_force(load_instance(mapping))
+    answer = brute_force(mapping)
     assert answer.status == "infeasible"
     assert answer.time_s == math.inf
     assert answer.functions == 1 and answer.memory_mb == 128  # all tie: smallest n, then m
@@ -161,7 +163,7 @@ def test_memory_floor_excludes_smaller_memories_even_when_infeasible() -> None:
     mapping = mobilenet_mapping()
     mapping["objective"]["deadline_s"] = 1
     mapping["workload"]["min_memory_mb"] = 10_000
-    answer = brute_force(load_instance(mapping))
+    answer = brute_force(mapping)
     assert answer.status == "infeasible"
     assert answer.memory_mb is not None and answer.memory_mb >= 10_000
 
@@ -177,11 +179,10 @@ def test_equal_costs_go_to_the_smaller_memory() -> None:
     mapping["parameter_server"]["price_per_hour"] = 0
     mapping["profile"]["rate"]["saturates_at_mb"] = 1000
     mapping["profile"]["storage_bandwidth"] = {"slope": 0, "intercept": 50, "max_mbps": 115}
-    instance = load_instance(mapping)
-    answer = brute_force(instance)
+    answer = brute_force(mapping)
     assert answer.status == "optimal" and answer.cost_usd == 0
     # Every feasible plan costs 0, so all tie on cost and the fastest wins ...
-    values = grid(instance)
+    values = grid(mapping)
     assert answer.time_s == float(values["time"][values["feasible"]].min())
     # ... and time is flat in m from the first grid size >= 1,000 MB (1,024) on: that one wins.
     assert answer.memory_mb == 1024 and answer.functions is not None
@@ -208,70 +209,53 @@ def test_rounding_level_cost_differences_are_ties(rows: int) -> None:
                              "price_per_hour": 0},
         "objective": {"deadline_s": 100_000},
     }
-    instance = load_instance(mapping)
-    costs = grid(instance)["cost"][:, 0]
+    costs = grid(mapping)["cost"][:, 0]
     assert int(np.argmin(costs)) + 1 == 5 and costs[5] > costs[4]  # the float setting holds
     assert float(costs.max()) <= float(costs.min()) * (1 + COST_TIE)
-    answer = brute_force(instance, chunk_rows=rows)
+    answer = brute_force(mapping, chunk_rows=rows)
     assert (answer.status, answer.functions, answer.memory_mb) == ("optimal", 6, 1024)
 
 
 def test_shipped_instances_have_feasible_optima_within_limits() -> None:
     """Each shipped instance is solvable and its optimum honours every limit it states."""
     for path in sorted(INSTANCES.glob("*.yaml")):
-        instance = load_instance(path)
-        answer = brute_force(instance)
+        problem = read(path)
+        answer = brute_force(problem)
         assert answer.status == "optimal", path.name
         assert answer.functions is not None and answer.memory_mb is not None
-        assert answer.time_s is not None and answer.time_s <= instance.objective.deadline_s
-        assert 1 <= answer.functions <= instance.max_functions
-        assert answer.memory_mb >= instance.min_memory_mb
+        assert answer.time_s is not None and answer.time_s <= problem.deadline_s
+        assert 1 <= answer.functions <= problem.max_functions
+        assert answer.memory_mb >= problem.min_memory_mb
 
 
 # --- exhaustive pure-Python reference on small random instances ---------------------------
 
 
-def python_plan(instance: Instance, n: int, m: float) -> tuple[bool, bool, float, float]:
+def python_plan(p: Problem, n: int, m: float) -> tuple[bool, bool, float, float]:
     """(valid, within limits, time, cost) of one plan, MODEL.md in scalar Python."""
-    w, pf = instance.workload, instance.platform
-    rate_p, storage_p, ps_p = (
-        instance.profile.rate, instance.profile.storage_bandwidth, instance.parameter_server)
-    if n * float(w.local_batch) <= float(w.max_global_batch):
-        b_g, b_l = n * float(w.local_batch), float(w.local_batch)
-    else:
-        b_g, b_l = float(w.max_global_batch), float(w.max_global_batch) / n
-    m_sat = math.inf if rate_p.saturates_at_mb is None else rate_p.saturates_at_mb
-    rate = rate_p.slope * min(m, m_sat) + rate_p.intercept
-    storage = min(storage_p.slope * m + storage_p.intercept, storage_p.max_mbps)
-    if not (rate > 0 and storage > 0 and b_l >= 1):
+    figures = hand(p, n, m)
+    if not figures.valid:
         return False, False, math.nan, math.nan
-    k = float(w.samples) * float(w.epochs) / b_g
-    ps = min(ps_p.function_bandwidth_mbps, ps_p.bandwidth_mbps / n)
-    t_train = w.dataset_size_mb / (n * storage) + k * (b_l / rate + 2.0 * w.model_size_mb / ps)
-    restarts = max(0, math.ceil(t_train / (pf.timeout_s - pf.timeout_margin_s)) - 1)
-    time = t_train + restarts * pf.restart_overhead_s
-    cost = (time * (n * (m / 1024.0) * pf.price_per_gb_second + ps_p.price_per_hour / 3600.0)
-            + n * (restarts + 1) * pf.price_per_request)
-    within = n <= instance.max_functions and m >= instance.min_memory_mb
-    return True, within, time, cost
+    within = n <= p.max_functions and m >= p.min_memory_mb
+    return True, within, figures.time, figures.cost
 
 
-def python_brute_force(instance: Instance) -> OracleAnswer:
+def python_brute_force(p: Problem) -> OracleAnswer:
     """The oracle's selection rules re-stated over a Python list of every plan."""
     plans = []
-    for n in range(1, instance.max_functions + 1):
-        for m in instance.platform.memory.values().tolist():
-            valid, within, time, cost = python_plan(instance, n, m)
+    for n in range(1, p.max_functions + 1):
+        for m in range(p.memory_min, p.memory_max + 1, p.memory_step):
+            valid, within, time, cost = python_plan(p, n, float(m))
             if valid and within:
-                plans.append((n, int(m), time, cost))
-    feasible = [p for p in plans if p[2] <= instance.objective.deadline_s]
+                plans.append((n, m, time, cost))
+    feasible = [plan for plan in plans if plan[2] <= p.deadline_s]
     if feasible:
-        c_min = min(p[3] for p in feasible)
-        tied = [p for p in feasible if p[3] <= c_min * (1 + COST_TIE)]
-        n, m, time, cost = min(tied, key=lambda p: (p[2], p[0], p[1]))
+        c_min = min(plan[3] for plan in feasible)
+        tied = [plan for plan in feasible if plan[3] <= c_min * (1 + COST_TIE)]
+        n, m, time, cost = min(tied, key=lambda plan: (plan[2], plan[0], plan[1]))
         return OracleAnswer("optimal", n, m, time, cost)
     if plans:
-        n, m, time, cost = min(plans, key=lambda p: (p[2], p[3], p[0], p[1]))
+        n, m, time, cost = min(plans, key=lambda plan: (plan[2], plan[3], plan[0], plan[1]))
         return OracleAnswer("infeasible", n, m, time, cost)
     return OracleAnswer("none", None, None, None, None)
 
@@ -285,9 +269,9 @@ def _close(a: float | None, b: float | None) -> bool:
 def test_brute_force_matches_exhaustive_python(mapping: dict[str, Any]) -> None:
     """Property: on small random instances the numpy oracle picks the plan that a plain
     Python loop over every (n, m) picks, with the same status, time and cost."""
-    instance = load_instance(mapping)
-    expected = python_brute_force(instance)
-    answer = brute_force(instance)
+    problem = read(mapping)
+    expected = python_brute_force(problem)
+    answer = brute_force(problem)
     assert (answer.status, answer.functions, answer.memory_mb) == (
         expected.status, expected.functions, expected.memory_mb)
     assert _close(answer.time_s, expected.time_s) and _close(answer.cost_usd, expected.cost_usd)
@@ -298,8 +282,8 @@ def test_brute_force_matches_exhaustive_python(mapping: dict[str, Any]) -> None:
 def test_chunking_does_not_change_the_answer(mapping: dict[str, Any], rows: int) -> None:
     """Property: scanning the grid in chunks of any number of rows gives the same answer as
     scanning it whole, so the two-pass chunked search loses no tied or fastest plan."""
-    instance = load_instance(mapping)
-    assert brute_force(instance, chunk_rows=rows) == brute_force(instance, chunk_rows=10_000)
+    problem = read(mapping)
+    assert brute_force(problem, chunk_rows=rows) == brute_force(problem, chunk_rows=10_000)
 
 
 @PROPERTY
@@ -308,14 +292,14 @@ def test_answer_is_the_grid_optimum(mapping: dict[str, Any]) -> None:
     """Property: an 'optimal' answer is feasible and no feasible grid point is cheaper beyond
     the tie tolerance; an 'infeasible' answer is the least time of the valid plans within
     limits; 'none' means no valid plan within limits exists."""
-    instance = load_instance(mapping)
-    answer = brute_force(instance)
-    values = grid(instance)
+    problem = read(mapping)
+    answer = brute_force(problem)
+    values = grid(problem)
     if answer.status == "none":
         assert not values["within_limits"].any()
         return
     assert answer.functions is not None and answer.memory_mb is not None
-    point = grid(instance, np.array([answer.functions]), np.array([answer.memory_mb]))
+    point = grid(problem, np.array([answer.functions]), np.array([answer.memory_mb]))
     assert float(point["time"][0]) == answer.time_s and float(point["cost"][0]) == answer.cost_usd
     if answer.status == "optimal":
         assert bool(point["feasible"][0])
@@ -324,3 +308,108 @@ def test_answer_is_the_grid_optimum(mapping: dict[str, Any]) -> None:
     else:
         assert not values["feasible"].any()
         assert answer.time_s == float(values["time"][values["within_limits"]].min())
+
+
+# --- independence: the oracle reads the YAML itself and shares no code with the package --------
+
+
+def test_oracle_imports_nothing_from_the_package() -> None:
+    """tests/oracle.py names no `lambdadnn` module, and importing it loads none."""
+    source = Path(__file__).with_name("oracle.py")
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+    assert imported and not any(name.split(".")[0] in {"lambdadnn", ""} for name in imported)
+    check = (
+        "import sys, tests.oracle\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lambdadnn'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=source.parent.parent, capture_output=True, text=True,
+        timeout=60, check=True,
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def assert_reader_agrees(problem: Problem, instance: Instance) -> None:
+    """The oracle's reading of an instance equals the package loader's, field by field."""
+    assert problem == problem_of(instance)
+    assert np.array_equal(problem.memory(), instance.platform.memory.values())
+
+
+@pytest.mark.parametrize("platform", [None, "aws-lambda-2020", "aws-lambda-arm64"])
+@pytest.mark.parametrize("path", sorted(INSTANCES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_reader_agrees_with_the_loader_on_the_shipped_instances(
+    path: Path, platform: str | None
+) -> None:
+    """Two independent readings (platform by name, replaced or not) give the same numbers."""
+    assert_reader_agrees(read(path, platform=platform), load_instance(path, platform=platform))
+
+
+@PROPERTY
+@given(instance_mappings())
+def test_reader_agrees_with_the_loader(mapping: dict[str, Any]) -> None:
+    """Property: on random instances the oracle and the loader read the same numbers,
+    including the limits each works out on its own."""
+    assert_reader_agrees(read(mapping), load_instance(mapping))
+
+
+def test_limits_max_functions_caps_the_oracles_grid() -> None:
+    """`limits.max_functions` below the platform's concurrency caps n; absent, concurrency does."""
+    mapping = mobilenet_mapping()
+    assert read(mapping).max_functions == 64
+    assert grid(mapping)["time"].shape[0] == 64
+    del mapping["limits"]
+    assert read(mapping).max_functions == 1000  # aws-lambda-x86_64's max_concurrency
+    mapping["limits"] = {"max_functions": 5000}
+    assert read(mapping).max_functions == 1000
+
+
+def test_a_platform_beside_the_instance_is_read_first(tmp_path: Path) -> None:
+    """A platform named in an instance file is looked up beside it before the shipped ones."""
+    shipped = yaml.safe_load(
+        (INSTANCES / "platforms" / "aws-lambda-x86_64.yaml").read_text(encoding="utf-8"))
+    shipped["memory_mb"] = {"min": 256, "max": 512, "step": 128}
+    (tmp_path / "platforms").mkdir()
+    (tmp_path / "platforms" / "aws-lambda-x86_64.yaml").write_text(yaml.safe_dump(shipped))
+    instance = tmp_path / "job.yaml"
+    instance.write_text(yaml.safe_dump(mobilenet_mapping()))
+    assert read(instance).memory().tolist() == [256.0, 384.0, 512.0]
+    assert_reader_agrees(read(instance), load_instance(instance))
+
+
+# --- the catalogue, by the oracle -----------------------------------------------------------
+
+CATALOGUE = yaml.safe_load(
+    (Path(__file__).with_name("catalogue.yaml")).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=lambda entry: entry["id"])
+def test_catalogue_by_the_oracle(entry: dict[str, Any]) -> None:
+    """The oracle gives each catalogue entry's recorded answer, and the ties it claims hold:
+    each plan in `ties` is as cheap to within the 1e-12 rule (and, with `same_time`, exactly
+    as fast; else slower), each in `not_tied` faster but dearer beyond the rule."""
+    source = entry["instance"] if isinstance(entry["instance"], dict) else (
+        INSTANCES.parent / entry["instance"])
+    problem = read(source, platform=entry.get("platform"), deadline_s=entry.get("deadline_s"))
+    answer = brute_force(problem)
+    expected = entry["expected"]
+    assert (answer.status, answer.functions, answer.memory_mb) == (
+        expected["status"], expected["functions"], expected["memory_mb"])
+    assert _close(answer.cost_usd, expected["cost_usd"])
+    assert answer.time_s is not None and answer.cost_usd is not None
+    assert answer.time_s == pytest.approx(expected["time_s"], abs=5e-4)  # recorded to 1 ms
+    key = "feasible" if answer.status == "optimal" else "within_limits"
+    for rival in entry.get("ties", []) + entry.get("not_tied", []):
+        values = grid(problem, np.array([rival["functions"]]), np.array([rival["memory_mb"]]))
+        assert bool(values[key][0]), rival
+        time, cost = float(values["time"][0]), float(values["cost"][0])
+        excess = abs(cost - answer.cost_usd) / answer.cost_usd if answer.cost_usd else cost
+        if rival in entry.get("ties", []):
+            assert excess <= COST_TIE, rival
+            assert time == answer.time_s if rival.get("same_time") else time > answer.time_s
+        else:
+            assert excess > COST_TIE and time < answer.time_s, rival
