@@ -62,4 +62,4 @@ mutate: $(VENV)/.installed-test
 	$(BIN)/python -m tests.mutation
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis .coverage
