@@ -116,6 +116,8 @@ def _breakdown_lines(result: Plan | Evaluation) -> list[str]:
         ("communication (push + pull)", tb.communication_s),
         ("restart overhead", tb.restart_overhead_s),
     ]
+    if tb.startup_s:  # only a profile with `startup` (model v2) has it
+        parts.append(("start-up (every round)", tb.startup_s))
     if tb.cold_start_s:  # only a noise model (a guarantee) plans for cold starts
         parts.append(("cold starts", tb.cold_start_s))
     for label, value in parts:
@@ -541,6 +543,7 @@ def _launch_text(report: LaunchReport) -> str:
     return "\n".join([
         f"launched on {report.backend}: {report.functions} functions × {report.memory_mb:,} MB "
         f"({report.platform}, {report.architecture}) — {report.status}",
+        f"  workload       {report.workload}",
         f"  iterations     {report.iterations:,} ({_restarts(report.restarts)}, "
         f"{report.invocations} invocations; the plan predicted "
         f"{_restarts(report.predicted_restarts)})",
@@ -562,6 +565,8 @@ def _launch_text(report: LaunchReport) -> str:
               help="Each invocation's limit (local backend; Lambda's is 900 s).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workload", default="digits-cnn", show_default=True,
+              help="What the workers train: digits-cnn, digits-mlp or package.module:factory.")
 @click.option("--function-name", default="lambdadnn-worker", show_default=True)
 @click.option("--role-arn", help="Execution role of the Lambda function (aws).")
 @click.option("--layer", "layers", multiple=True, help="Layer ARN with torch, sklearn, redis.")
@@ -578,16 +583,18 @@ def _launch_text(report: LaunchReport) -> str:
 @friendly
 def launch_command(
     source: Path | None, backend: str, redis_url: str | None, timeout_s: float,
-    checkpoint_every: int, seed: int, function_name: str, role_arn: str | None,
-    layers: tuple[str, ...], image_uri: str | None, region: str, endpoint_url: str | None,
-    dry_run: bool, print_policy: bool, oversubscribe: bool, force: bool,
-    platform: str | None, as_json: bool,
+    checkpoint_every: int, seed: int, workload: str, function_name: str,
+    role_arn: str | None, layers: tuple[str, ...], image_uri: str | None, region: str,
+    endpoint_url: str | None, dry_run: bool, print_policy: bool, oversubscribe: bool,
+    force: bool, platform: str | None, as_json: bool,
 ) -> None:
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
 
-    Locally at most 64 functions, within this machine's CPUs (see --oversubscribe).
+    Locally at most 64 functions, within this machine's CPUs (see --oversubscribe). A
+    `--workload` module is looked up in the current directory first, as `python -m` does.
     """
     import math
+    import os
 
     from lambdadnn.launcher import aws, require_extras
 
@@ -613,7 +620,9 @@ def launch_command(
     from lambdadnn.launcher.channel import redis_client
 
     spec = _plan_to_launch(source, platform, force)
-    settings = {"checkpoint_every": checkpoint_every, "seed": seed}
+    if ":" in workload and os.getcwd() not in sys.path:  # as the workers (`python -c`) do
+        sys.path.insert(0, os.getcwd())
+    settings = {"checkpoint_every": checkpoint_every, "seed": seed, "workload": workload}
     if target is not None:
         job = f"aws-{seed}-{spec.functions}x{spec.memory_mb}"
         if dry_run:
@@ -634,7 +643,7 @@ def launch_command(
         bar = _IterationBar(not as_json, spec.iterations)
         try:
             report = run_local(
-                spec, redis_url=redis_url, timeout_s=timeout_s, seed=seed,
+                spec, redis_url=redis_url, timeout_s=timeout_s, seed=seed, workload=workload,
                 checkpoint_every=checkpoint_every, oversubscribe=oversubscribe,
                 warn=lambda line: click.echo(f"warning: {line}", err=True),
                 progress=lambda iteration, _total: bar.update(iteration),

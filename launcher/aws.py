@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import lambdadnn
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.launcher.workloads import check_workload
 
 __all__ = [
     "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "POLICY_ACTIONS", "REDIS_URL_ENV", "RUNTIME",
@@ -585,11 +586,14 @@ def run_aws(
     plan predicts, so a job far slower than planned stops instead of running up a bill.
     `record_restart` (the channel's) is called before each re-invocation round, so the
     channel's own restart count agrees with the report's. `measured_time_s` runs from the
-    first invocation to `done`; final loss and test accuracy come from `channel_result`.
+    first invocation to `done`; final loss and test accuracy come from `channel_result`. The
+    event's `workload` is checked before anything is deployed (`check_workload`); a user's
+    factory module must be in the deployed code (`--image-uri` or a layer).
     """
     if max_restarts is None:
         max_restarts = 3 * (spec.restarts + 1)
     event = spec.worker_event(job=job, redis_url=redis_url, settings=worker_settings)
+    check_workload(event["workload"], int(event["seed"]))
     launcher = AwsLauncher(client, target, sleep=sleep, clock=clock)
 
     def reinvoke() -> None:
@@ -609,7 +613,8 @@ def run_aws(
     finally:
         launcher.cleanup()
     return LaunchReport.of(
-        spec, backend="aws", iterations=int(followed.progress.get("iteration", spec.iterations)),
+        spec, backend="aws", workload=event["workload"],
+        iterations=int(followed.progress.get("iteration", spec.iterations)),
         restarts=followed.restarts, measured_time_s=measured_time_s,
         result=channel_result() if channel_result else None,
         runs_on=f"function {target.function_name} ({spec.architecture}) in {target.region}",

@@ -45,6 +45,7 @@ import lambdadnn
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD, check_workload, module_root
 from lambdadnn.solver.inputs import brief
 
 __all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "available_cpus", "check_capacity", "redis_server",
@@ -332,7 +333,9 @@ class _Invocation:
     buffer: bytes = b""
 
     @classmethod
-    def start(cls, event: dict[str, Any], timeout_s: float, procs_file: str | None) -> _Invocation:
+    def start(
+        cls, event: dict[str, Any], timeout_s: float, procs_file: str | None, env: dict[str, str]
+    ) -> _Invocation:
         """Start one worker in a session of its own, so that `close` can kill all of it."""
         read, write = os.pipe()
         os.set_blocking(read, False)
@@ -341,7 +344,7 @@ class _Invocation:
                 [sys.executable, "-c",
                  "from lambdadnn.launcher.local import _worker_main; _worker_main()",
                  str(write), str(os.getpid())],
-                stdin=subprocess.PIPE, pass_fds=(write,), env=_worker_environment(),
+                stdin=subprocess.PIPE, pass_fds=(write,), env=env,
                 start_new_session=True,
             )
         except BaseException:
@@ -411,24 +414,29 @@ class _Invocation:
             self.reports = -1
 
 
-def _worker_environment() -> dict[str, str]:
-    """The launcher's environment, with the folder `lambdadnn` was imported from on the path.
+def _worker_environment(workload: str) -> dict[str, str]:
+    """The launcher's environment, with the folders `lambdadnn` and the workload came from on
+    the path.
 
-    A worker is a fresh interpreter: a `lambdadnn` found through the launcher's own
-    `sys.path` must be found by the worker too. An editable install (whose package folder has
-    another name) is found by the same interpreter's import hook, which needs nothing.
+    A worker is a fresh interpreter: a `lambdadnn` or a user's factory module found through
+    the launcher's own `sys.path` must be found by the worker too. An editable install (whose
+    package folder has another name) is found by the same interpreter's import hook, which
+    needs nothing.
     """
     env = dict(os.environ)
     package = Path(lambdadnn.__file__).resolve().parent
-    if package.name == "lambdadnn":
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package.parent),
-                                                          env.get("PYTHONPATH")]))
+    folders = [str(package.parent)] if package.name == "lambdadnn" else []
+    root = module_root(workload)
+    if root is not None:
+        folders.append(str(root))
+    if folders:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [*folders, env.get("PYTHONPATH")]))
     return env
 
 
 def _round(
     event: dict[str, Any], cap: CpuCap, timeout_s: float, channel: ParameterChannel,
-    on_iteration: Callable[[int], None], stop: _StopSignals,
+    on_iteration: Callable[[int], None], stop: _StopSignals, env: dict[str, str],
 ) -> list[_Invocation]:
     """Run every rank once; stop the survivors as soon as one fails (they would wait for it)."""
     invocations: list[_Invocation] = []
@@ -436,7 +444,7 @@ def _round(
         for rank in range(int(event["workers"])):
             stop.check()
             invocations.append(
-                _Invocation.start({**event, "rank": rank}, timeout_s, cap.procs_files[rank])
+                _Invocation.start({**event, "rank": rank}, timeout_s, cap.procs_files[rank], env)
             )
         pending = list(invocations)
         while pending:
@@ -469,7 +477,7 @@ def run_local(
     timeout_margin_s: float | None = None,
     checkpoint_every: int = 20,
     seed: int = 0,
-    lr: float = 0.05,
+    workload: str = DEFAULT_WORKLOAD,
     oversubscribe: bool = False,
     warn: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -479,8 +487,10 @@ def run_local(
     `timeout_s` is each invocation's limit (Lambda's 900 s by default); a worker stops to
     checkpoint `timeout_margin_s` before it (default: a quarter of it, at most 30 s).
     `progress(iteration, total)` is called as the channel advances (and steps back to the
-    checkpoint when a failed round is restored). Everything is checked before anything
-    starts (`check_capacity`; `warn` receives its warning). Raises `LaunchError` when the
+    checkpoint when a failed round is restored). `workload` is a shipped name or
+    `package.module:factory` (see `launcher.workloads`), its factory called with `seed`.
+    Everything is checked before anything starts (`check_capacity`, `check_workload`; `warn`
+    receives the capacity warning). Raises `LaunchError` when the
     plan cannot run, or when relaunches stop making progress; SIGINT, SIGTERM and SIGHUP
     raise `Interrupted` (a KeyboardInterrupt) after the clean-up.
     """
@@ -494,6 +504,8 @@ def run_local(
             f"and checkpoint_every ({checkpoint_every}) >= 1"
         )
     warning = check_capacity(spec, oversubscribe=oversubscribe)
+    check_workload(workload, seed)
+    env = _worker_environment(workload)
     if warning is not None and warn is not None:
         warn(warning)
     if redis_url is not None:
@@ -518,13 +530,13 @@ def run_local(
             stack.callback(cap.remove)
             event = spec.worker_event(job=job, redis_url=url, settings={
                 "checkpoint_every": checkpoint_every, "timeout_margin_s": margin, "seed": seed,
-                "lr": lr,
+                "workload": workload,
             })
             started = time.monotonic()
             restarts, best, stalls = 0, -1, 0
             while True:
                 stop.check()
-                invocations = _round(event, cap, timeout_s, channel, on_iteration, stop)
+                invocations = _round(event, cap, timeout_s, channel, on_iteration, stop, env)
                 if all(i.result is not None and i.result["status"] == "done"
                        for i in invocations):
                     break
@@ -544,7 +556,8 @@ def run_local(
             raise LaunchError(f"job {job}: every worker returned done but no result was published")
         on_iteration(int(result["iterations"]))
         return LaunchReport.of(
-            spec, backend="local", iterations=int(result["iterations"]), restarts=restarts,
+            spec, backend="local", workload=workload, iterations=int(result["iterations"]),
+            restarts=restarts,
             measured_time_s=time.monotonic() - started, result=result,
             runs_on=cap.description,
         )

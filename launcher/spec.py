@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief, read_text
 from lambdadnn.solver.instance import ARCHITECTURES, MAX_CONCURRENCY, MAX_INTEGER
@@ -34,12 +35,12 @@ _FIX = "write the plan with `lambdadnn solve X.yaml --json`"
 
 # Settings every worker event carries unless the caller overrides them; `timeout_margin_s`
 # matches the platform catalogues (`timeout_margin_s: 30`) so the checkpoint lands before
-# Lambda's 900 s timeout kills the invocation.
+# Lambda's 900 s timeout kills the invocation. The workload sets the learning rate.
 WORKER_DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 10,
     "timeout_margin_s": 30.0,
     "seed": 0,
-    "lr": 0.05,
+    "workload": DEFAULT_WORKLOAD,
 }
 
 
@@ -203,11 +204,13 @@ class LaunchReport:
     """What a launch measured beside what the model predicted; the same keys on both backends.
 
     `final_loss` and `test_accuracy` are None when the workers published no result (a dry
-    run); `runs_on` says where the workers ran: their CPU cap locally, the function on AWS.
+    run); `runs_on` says where the workers ran: their CPU cap locally, the function on AWS;
+    `workload` is what they trained (the event's: a shipped name or `module:factory`).
     """
 
     status: str
     backend: str
+    workload: str
     platform: str
     architecture: str
     functions: int
@@ -224,7 +227,7 @@ class LaunchReport:
 
     @classmethod
     def of(
-        cls, spec: LaunchSpec, *, backend: str, iterations: int, restarts: int,
+        cls, spec: LaunchSpec, *, backend: str, workload: str, iterations: int, restarts: int,
         measured_time_s: float, result: Mapping[str, Any] | None, runs_on: str,
     ) -> LaunchReport:
         """A finished run of `spec`; `result` is what the workers published (or None)."""
@@ -233,7 +236,7 @@ class LaunchReport:
             return None if value is None else float(value)
 
         return cls(
-            status="done", backend=backend, platform=spec.platform,
+            status="done", backend=backend, workload=workload, platform=spec.platform,
             architecture=spec.architecture, functions=spec.functions,
             memory_mb=spec.memory_mb, iterations=iterations, restarts=restarts,
             predicted_restarts=spec.restarts,

@@ -1,10 +1,11 @@
 """The worker: one function invocation's share of synchronous SGD, for AWS Lambda and locally alike.
 
 `handler(event, context)` is the Lambda entry point (`launcher.worker.handler`) and what the
-local backend runs in each worker process. It trains a small CNN on scikit-learn's digits
-(shipped inside the package: nothing to download) on the shard of its rank, and keeps no state of
-its own between iterations: batches are a function of (seed, rank, iteration) and the model and
-momentum live in the channel, so a relaunched worker continues exactly where the channel is.
+local backend runs in each worker process. It trains the event's `workload` (see
+`launcher.workloads`: `digits-cnn` by default, on scikit-learn's digits, nothing to download)
+on the shard of its rank, and keeps no state of its own between iterations: batches are a
+function of (seed, rank, iteration) and the model and momentum live in the channel, so a
+relaunched worker continues exactly where the channel is.
 
 torch and scikit-learn are imported here, at module level, so that on Lambda (and in the local
 backend) their import is part of the init phase, not of the invocation's timeout.
@@ -13,62 +14,27 @@ backend) their import is part of the init phase, not of the invocation's timeout
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import redis
+import sklearn.datasets  # the shipped workloads' data and split: imported at init, off the clock
+import sklearn.model_selection  # noqa: F401
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 
 from lambdadnn.launcher.channel import ParameterChannel
+from lambdadnn.launcher.workloads import Data, Workload, length, load_workload, sample
 
-__all__ = ["DEFAULT_MOMENTUM", "handler"]
+__all__ = ["handler"]
 
-DEFAULT_MOMENTUM = 0.9
-_TEST_FRACTION = 0.25
+_EVALUATION_BATCH = 4096  # samples per forward pass when measuring the final loss
 
 
 class LambdaContext(Protocol):
     """The one method of AWS Lambda's context object the worker uses."""
 
     def get_remaining_time_in_millis(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class _Digits:
-    """The digits split: float32 images (N, 1, 8, 8) in [0, 1] and int64 labels."""
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-
-
-def _load(seed: int) -> _Digits:
-    """A fixed stratified train/test split by seed: every rank sees the same one."""
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
-    train_x, test_x, train_y, test_y = train_test_split(
-        images, digits.target, test_size=_TEST_FRACTION, random_state=seed,
-        stratify=digits.target,
-    )
-    return _Digits(
-        torch.from_numpy(train_x), torch.from_numpy(train_y).long(),
-        torch.from_numpy(test_x), torch.from_numpy(test_y).long(),
-    )
-
-
-def _model(seed: int) -> nn.Module:
-    """Two conv layers and a linear classifier: ~10k parameters, milliseconds per batch."""
-    torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Conv2d(1, 16, kernel_size=3, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, kernel_size=3, padding=1), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 4 * 4, 10),
-    )
 
 
 def _flat(model: nn.Module) -> np.ndarray:
@@ -85,33 +51,42 @@ def _batch(shard: np.ndarray, size: int, seed: int, rank: int, iteration: int) -
     return rng.choice(shard, size=min(size, shard.size), replace=False)
 
 
-def _gradient(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor
-) -> tuple[np.ndarray, float]:
+def _gradient(workload: Workload, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float]:
+    model = workload.model
     model.zero_grad(set_to_none=False)
-    loss = nn.functional.cross_entropy(model(x), y)
+    loss = workload.loss(model(x), y)
     torch.autograd.backward(loss)
     grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
     return torch.cat(grads).numpy().copy(), loss.item()
 
 
-def _evaluate(model: nn.Module, data: _Digits) -> dict[str, float]:
+def _measure(workload: Workload, data: Data) -> tuple[float, float | None]:
+    """Mean loss over `data` and accuracy (None unless class scores for integer labels)."""
+    size = length(data)
+    total, correct, classified = 0.0, 0, True
     with torch.no_grad():
-        train_loss = nn.functional.cross_entropy(model(data.train_x), data.train_y)
-        logits = model(data.test_x)
-        test_loss = nn.functional.cross_entropy(logits, data.test_y)
-        accuracy = (logits.argmax(dim=1) == data.test_y).float().mean()
-    return {
-        "final_loss": float(train_loss), "test_loss": float(test_loss),
-        "test_accuracy": float(accuracy),
-    }
+        for start in range(0, size, _EVALUATION_BATCH):
+            x, y = sample(data, torch.arange(start, min(size, start + _EVALUATION_BATCH)))
+            outputs = workload.model(x)
+            total += float(workload.loss(outputs, y)) * len(y)
+            classified &= outputs.dim() == 2 and y.dim() == 1 and not y.is_floating_point()
+            if classified:
+                correct += int((outputs.argmax(dim=1) == y).sum())
+    return total / size, correct / size if classified else None
+
+
+def _evaluate(workload: Workload) -> dict[str, float | None]:
+    train_loss, _ = _measure(workload, workload.train)
+    test_loss, accuracy = _measure(workload, workload.test)
+    return {"final_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Train from the channel's live iteration until done or the invocation's deadline nears.
 
     Event: `rank`, `workers`, `job`, `redis_url`, `iterations` (total), `local_batch`,
-    `checkpoint_every` (K), `timeout_margin_s`, `seed`, `lr`; optional `momentum` and
+    `checkpoint_every` (K), `timeout_margin_s`, `seed`, `workload` (a name or
+    `package.module:factory`, which also sets `lr` and `momentum`); optional
     `barrier_timeout_s`. Returns `{"status": "done" | "timeout", "rank", "iteration", ...}`;
     on "timeout" the launcher invokes every rank again and they resume from the checkpoint.
     """
@@ -131,13 +106,10 @@ def _train(
     total, every = int(event["iterations"]), int(event["checkpoint_every"])
     margin_ms = float(event["timeout_margin_s"]) * 1000
     reply: dict[str, Any] = {"rank": rank, "job": event["job"]}
-    data = _load(seed)
-    shard = np.random.default_rng(seed).permutation(len(data.train_y))[rank::workers]
-    model = _model(seed)
-    channel.initialise(
-        _flat(model), lr=float(event["lr"]),
-        momentum=float(event.get("momentum", DEFAULT_MOMENTUM)),
-    )
+    workload = load_workload(str(event["workload"]), seed)
+    shard = np.random.default_rng(seed).permutation(length(workload.train))[rank::workers]
+    model = workload.model
+    channel.initialise(_flat(model), lr=float(workload.lr), momentum=float(workload.momentum))
     iteration, flat = channel.parameters()
     _load_flat(model, flat)
     started = time.monotonic()
@@ -147,7 +119,7 @@ def _train(
         index = torch.from_numpy(
             _batch(shard, int(event["local_batch"]), seed, rank, iteration)
         )
-        gradient, loss = _gradient(model, data.train_x[index], data.train_y[index])
+        gradient, loss = _gradient(workload, *sample(workload.train, index))
         _load_flat(model, channel.exchange(rank, iteration, gradient, loss, stop=stop))
         iteration += 1
         if channel.halted and iteration < total:
@@ -159,7 +131,7 @@ def _train(
     reply.update(status="done", iteration=iteration, trained=iteration - first,
                  seconds=time.monotonic() - started)
     if rank == 0 and channel.result() is None:
-        metrics = {**_evaluate(model, data), "iterations": iteration}
+        metrics = {**_evaluate(workload), "iterations": iteration}
         channel.finish(metrics)
         reply.update(metrics)
     return reply

@@ -1,7 +1,9 @@
 """Bounds on `n` and `m` derived by the program from the model's SymPy expressions.
 
 `models.derivation.facts()` proves what the bounds rest on (∂T_train/∂m ≤ 0 in each of the
-model's 16 regimes, T non-decreasing in T_train, the cost weight non-decreasing in `m`) and
+model's 16 regimes; T = T_train plus terms per round — restart overhead, model v2's start-up
+s0 + s1·n — free of m and non-decreasing in the restart count, so T is non-decreasing in
+T_train; T depends on m only through R and B_f^s; the cost weight non-decreasing in `m`) and
 solves for the thresholds where validity starts and where the time stops depending on `m`;
 the compiled program (`models.compiled`) carries those thresholds as numpy code. `box()`
 turns them into integer bounds for one instance; `cost_lower_bound()` is the bound the
@@ -180,8 +182,8 @@ def deadline_crossings(
     values: tuple[float, ...], memory_mb: float, deadline_s: float
 ) -> list[Crossing]:
     """The real, positive n where MODEL.md's T_train(n, memory_mb) = T_o, each checked to lie
-    in the regime it was solved in, smallest first (restarts only add to T, so these are
-    where the deadline can start or stop being met, never later or earlier)."""
+    in the regime it was solved in, smallest first (restarts and start-ups only add to T, so
+    these are where the deadline can start or stop being met, never later or earlier)."""
     from lambdadnn.models.derivation import deadline_roots
 
     params = dict(zip(program().parameters, values, strict=True))

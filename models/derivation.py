@@ -3,9 +3,12 @@
 `facts()` proves what the bounds rest on: in each of the 16 regimes of the model (fixed local
 / global batch × function- / PS-bound communication × rate linear / saturated × storage
 bandwidth linear / capped) ∂T_train/∂m ≤ 0 under the validity assumptions R > 0 and
-B_f^s > 0; T is a non-decreasing function of T_train; and the cost weight (dollars per
-second) is non-decreasing in `m`. It also solves for the thresholds where validity starts and
-where the time stops depending on `m`.
+B_f^s > 0; T is T_train plus a term free of m and non-decreasing in the restart count (the
+restart overhead, version 2's start-up per round, the cold starts), so T is non-decreasing
+in T_train (and its guaranteed quantile likewise); T depends on m only through R and B_f^s;
+the cost is T·weight + a request term non-decreasing in the restarts and free of m; and the
+weight (dollars per second) is non-decreasing in `m`. It also solves for the thresholds where
+validity starts and where the time stops depending on `m`.
 
 `derive()` runs those proofs and prints every figure of the model, with one common-subexpression
 elimination over all of them, as numpy statements (`models.compiled` assembles and caches
@@ -84,6 +87,37 @@ def _root(expression: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
     return root
 
 
+def _prove_rounds() -> None:
+    """What the terms paid per round add, proved for the bounds: T = T_train + g(r) and
+    T_q = T_train,q + g_q(r_q) with g free of m and non-decreasing in r; r = max(0,
+    ⌈T_train/L⌉ − 1) with L > 0 (non-decreasing in T_train); T free of m once R and B_f^s are
+    fixed; the cost T·weight + h(r), h free of m and non-decreasing in r."""
+    r = sp.Symbol("r", nonnegative=True)
+    tau = sp.Symbol("tau", positive=True)
+    for restarts, train in ((model.restarts, model.t_train),
+                            (model.restarts_quantile, model.t_train_quantile)):
+        if restarts != sp.Max(0, sp.ceiling(train / model.L) - 1) or not model.L.is_positive:
+            raise DerivationError(f"the restart count is not max(0, ⌈T_train/L⌉ − 1): {restarts}")
+    rate, storage = sp.symbols("R B_fs", positive=True)
+    through = {model.rate: rate, model.storage_bandwidth: storage}
+    for label, total, restarts, train in (
+        ("T", model.time, model.restarts, model.t_train),
+        ("T's quantile", model.deadline_time, model.restarts_quantile, model.t_train_quantile),
+        ("the request cost", model.cost_requests + tau, model.restarts, tau),
+    ):
+        extra = sp.expand(total.xreplace({restarts: r}) - train)
+        if model.m in extra.free_symbols or not sp.diff(extra, r).is_nonnegative:
+            raise DerivationError(
+                f"could not prove that {label} adds a term free of m and non-decreasing in the "
+                f"restarts: {extra}"
+            )
+        if model.m in total.xreplace(through).free_symbols:
+            raise DerivationError(f"{label} depends on m other than through R and B_f^s")
+    split = model.time * model.weight + model.cost_requests
+    if sp.expand(model.cost - split) != 0:
+        raise DerivationError("the cost is not T·weight + the request cost")
+
+
 @cache
 def facts() -> Facts:
     """Prove the monotonicity the bounds rely on and solve for the thresholds (once per process)."""
@@ -99,6 +133,7 @@ def facts() -> Facts:
                 )
     if not sp.diff(model.weight, model.m).is_nonnegative:
         raise DerivationError("could not prove that the cost weight is non-decreasing in m")
+    _prove_rounds()
     linear_rate = model.alpha1 * model.m + model.beta1
     linear_storage = model.alpha2 * model.m + model.beta2
     fixed_global_batch = model.local_batch.args[1].expr

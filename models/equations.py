@@ -34,10 +34,14 @@ p_gbs = sp.Symbol("p_gbs", nonnegative=True)  # platform.price_per_gb_second
 p_req = sp.Symbol("p_req", nonnegative=True)  # platform.price_per_request
 L = sp.Symbol("L", positive=True)  # platform.timeout_s - platform.timeout_margin_s
 o = sp.Symbol("o", nonnegative=True)  # platform.restart_overhead_s
+# Version 2 (calibration), each 0 when absent so that a v1 instance solves as before.
+lam = sp.Symbol("lam", nonnegative=True)  # profile.latency_s: per exchange (push or pull)
+s_0 = sp.Symbol("s_0", nonnegative=True)  # profile.startup.base_s: per invocation round
+s_1 = sp.Symbol("s_1", nonnegative=True)  # profile.startup.per_function_s: per round and n
 
 PARAMETER_SYMBOLS: tuple[sp.Symbol, ...] = (
     d_m, d_t, n_t, e, b_lf, b_gmax, alpha1, beta1, m_sat, alpha2, beta2, B_s,
-    B_p, B_fmax, p_ps, p_gbs, p_req, L, o,
+    B_p, B_fmax, p_ps, p_gbs, p_req, L, o, lam, s_0, s_1,
 )
 
 # Noise terms, per plan (models/noise.py computes them); EXACT gives MODEL.md's model.
@@ -61,18 +65,29 @@ storage_bandwidth = sp.Min(alpha2 * m + beta2, B_s)
 ps_bandwidth = sp.Min(B_fmax, B_p / n)
 t_load = d_t / (n * storage_bandwidth)
 t_comp = local_batch / rate
-t_comm = 2 * d_m / ps_bandwidth
+t_transfer = 2 * d_m / ps_bandwidth
+t_latency = 2 * lam
+t_comm = t_transfer + t_latency
 t_train = t_load + iterations * (t_comp * s_c + t_comm)
 restarts = sp.Max(0, sp.ceiling(t_train / L) - 1)
 t_restart = restarts * o
+# Start-up (process or sandbox start, imports, first pull): per round, growing with n.
+startup = s_0 + s_1 * n
+t_startup = (restarts + 1) * startup
 t_cold = (restarts + 1) * c_e
-time = t_train + t_restart + t_cold
+# The terms paid per round summed as one, the same way in T and in its quantile, so that
+# without noise the two agree to the last bit.
+time = t_train + t_restart + (restarts + 1) * (startup + c_e)
 # Under a guarantee p the deadline is checked against a p-quantile: the k iterations' spread
 # adds up (central limit), restarts follow the longer run, start-ups their own quantile.
-spread_variance = iterations * (t_comp**2 * v_c + t_comm**2 * v_b)
+# t_comm² = t_transfer² + t_latency·(t_latency + 2·t_transfer), written so that without a
+# latency the expression, and so every figure's bits, are version 1's.
+spread_variance = iterations * (
+    t_comp**2 * v_c + t_transfer**2 * v_b + t_latency * (t_latency + 2 * t_transfer) * v_b
+)
 t_train_quantile = t_train + z * sp.sqrt(spread_variance)
 restarts_quantile = sp.Max(0, sp.ceiling(t_train_quantile / L) - 1)
-deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * c_q
+deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * (startup + c_q)
 cost_functions = time * n * (m / 1024) * p_gbs
 cost_ps = time * p_ps / 3600
 cost_requests = n * (restarts + 1) * p_req
@@ -92,6 +107,7 @@ FIGURES: dict[str, sp.Expr] = {
     "t_train": t_train,
     "restarts": restarts,
     "t_restart": t_restart,
+    "t_startup": t_startup,
     "t_cold": t_cold,
     "time": time,
     "deadline_time": deadline_time,

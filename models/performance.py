@@ -41,6 +41,7 @@ class Figures:
     t_train: Array
     restarts: Array
     t_restart: Array
+    t_startup: Array
     t_cold: Array
     time: Array
     deadline_time: Array

@@ -27,8 +27,14 @@ Semantics, for a plan of n functions of m MB (k = the model's iterations, real-v
   later by less than d_m/B_f^max (tests/test_engine.py checks it against an event-driven
   reference) — the price of a closed form over all iterations of a round at once.
   Per iteration, the communication is scaled by one mean-1 lognormal factor (`bandwidth_cv`).
+  Each exchange also waits the profile's latency λ (`profile.latency_s`, model v2): 2λ per
+  iteration, the push's and the pull's.
   The model's k is real-valued: ⌊k⌋ full iterations run, then one of fraction k − ⌊k⌋ whose
   compute and communication are scaled by that fraction.
+* Start-up (model v2). Every round also pays the profile's start-up, s0 + s1·n seconds
+  (`profile.startup`: process start, imports, first pull), after its cold start; as in the
+  model, it does not use up the invocation's L. A crashed function relaunched within a round
+  pays its cold start only.
 * Timeouts. An invocation may work L = timeout_s − timeout_margin_s seconds, counted from the
   round's invocation (cold start included, conservatively). Before each iteration the job
   estimates it by the longest iteration seen so far (at first the model's mean, so zero noise
@@ -169,6 +175,9 @@ class _Job:
         self.flow_cap = ps.function_bandwidth_mbps
         self.link = ps.bandwidth_mbps
         self.pull_s_per_mb = 1 / min(self.flow_cap, self.link / functions)
+        profile = instance.profile
+        self.latency_s = profile.latency_s
+        self.startup_s = profile.startup.base_s + profile.startup.per_function_s * functions
         platform = instance.platform
         self.usable_s = platform.timeout_s - platform.timeout_margin_s
         self.restart_s = platform.restart_overhead_s
@@ -201,7 +210,7 @@ class _Job:
         volume = self.model_mb * scales * jitter  # MB per flow, jitter folded into the volume
         finish = compute * (self.t_comp * scales)[:, None]
         push_end = push_phase_end(finish, volume, self.flow_cap, self.link)
-        times: Array = push_end + volume * self.pull_s_per_mb
+        times: Array = push_end + volume * self.pull_s_per_mb + 2 * self.latency_s * scales
         return times
 
     def segment(self, start_s: float, setup_s: float, done: int, fresh: bool) -> _Segment:
@@ -274,7 +283,7 @@ class _Job:
                 if stuck >= MAX_CRASHES_WITHOUT_CHECKPOINT or events >= MAX_EVENTS:
                     break
                 start, fresh = seg.end_s + self.cold_start(1), False
-            time_s += seg.end_s
+            time_s += seg.end_s + self.startup_s
             if seg.failed:  # abandoned after a crash: its lost work is counted above
                 break
             done += seg.completed

@@ -104,9 +104,21 @@ class StorageProfile:
 
 
 @dataclass(frozen=True)
+class StartupProfile:
+    """Seconds from invocation to the first iteration, per round: base_s + per_function_s·n."""
+
+    base_s: float = 0.0
+    per_function_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Profile:
+    """The measured profile; `latency_s` and `startup` (model v2) are 0 when absent."""
+
     rate: RateProfile
     storage_bandwidth: StorageProfile
+    latency_s: float = 0.0  # per exchange: each iteration pays it on the push and the pull
+    startup: StartupProfile = StartupProfile()
 
 
 @dataclass(frozen=True)
@@ -176,6 +188,9 @@ class Instance:
             "p_req": pf.price_per_request,
             "L": pf.timeout_s - pf.timeout_margin_s,
             "o": pf.restart_overhead_s,
+            "lam": self.profile.latency_s,
+            "s_0": self.profile.startup.base_s,
+            "s_1": self.profile.startup.per_function_s,
         }
 
 
@@ -411,8 +426,18 @@ def _profile(path: str, value: Any) -> Profile:
         }
         return StorageProfile(**_section(where, raw, fields))
 
-    raw = _section(path, value, {"rate": rate, "storage_bandwidth": storage})
-    return Profile(**raw)
+    def startup(where: str, raw: Any) -> StartupProfile:
+        seconds = _number(MAX_SECONDS, sign="non-negative")
+        fields: dict[str, Check] = {"base_s": seconds, "per_function_s": seconds}
+        return StartupProfile(**_section(where, raw, fields))
+
+    fields: dict[str, Check] = {
+        "rate": rate,
+        "storage_bandwidth": storage,
+        "latency_s": _number(MAX_SECONDS, sign="non-negative"),
+        "startup": startup,
+    }
+    return Profile(**_section(path, value, fields, frozenset({"latency_s", "startup"})))
 
 
 def _parameter_server(path: str, value: Any) -> ParameterServer:

@@ -105,7 +105,7 @@ def _evaluation(
         invocations=functions * (restarts + 1),
         time_breakdown=TimeBreakdown(
             figure["t_load"], figure["t_comp_total"], figure["t_comm_total"],
-            figure["t_restart"], figure["t_cold"],
+            figure["t_restart"], figure["t_cold"], figure["t_startup"],
         ),
         cost_breakdown=CostBreakdown(
             figure["cost_functions"], figure["cost_ps"], figure["cost_requests"]

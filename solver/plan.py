@@ -20,6 +20,7 @@ class TimeBreakdown:
     communication_s: float
     restart_overhead_s: float
     cold_start_s: float
+    startup_s: float  # `profile.startup` paid per invocation round (model v2; 0 without it)
 
 
 @dataclass(frozen=True)

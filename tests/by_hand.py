@@ -32,6 +32,7 @@ class HandFigures:
     t_comm: float
     t_train: float
     restarts: int
+    t_startup: float
     time: float
     cost: float
 
@@ -52,6 +53,8 @@ def problem_of(instance: Instance) -> Problem:
         deadline_s=instance.objective.deadline_s, memory_min=pf.memory.min_mb,
         memory_max=pf.memory.max_mb, memory_step=pf.memory.step_mb,
         max_functions=instance.max_functions, min_memory_mb=instance.min_memory_mb,
+        latency_s=instance.profile.latency_s, startup_base_s=instance.profile.startup.base_s,
+        startup_per_function_s=instance.profile.startup.per_function_s,
     )
 
 
@@ -77,17 +80,18 @@ def hand(p: Problem, n: int, m: float) -> HandFigures:
     valid = rate > 0 and storage_bandwidth > 0 and b_l >= 1
     t_load = p.d_t / (n * storage_bandwidth) if storage_bandwidth else math.inf
     t_comp = b_l / rate if rate else math.inf
-    t_comm = 2 * p.d_m / ps_bandwidth
+    t_comm = 2 * (p.d_m / ps_bandwidth + p.latency_s)
     t_train = t_load + k * (t_comp + t_comm)
     restarts = _restarts(p, t_train) if valid else 0
-    time = t_train + restarts * p.restart_overhead_s
+    t_startup = (restarts + 1) * (p.startup_base_s + p.startup_per_function_s * n)
+    time = t_train + restarts * p.restart_overhead_s + t_startup
     cost = (
         time * (n * m / 1024 * p.p_gbs + p.p_ps / 3600) + n * (restarts + 1) * p.p_req
     )
     return HandFigures(
         valid=valid, global_batch=float(b_g), local_batch=float(b_l), iterations=k,
         t_load=t_load, t_comp=t_comp, t_comm=t_comm, t_train=t_train, restarts=restarts,
-        time=time, cost=cost,
+        t_startup=t_startup, time=time, cost=cost,
     )
 
 

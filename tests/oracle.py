@@ -83,6 +83,10 @@ class Problem:
     memory_step: int
     max_functions: int  # min(platform.max_concurrency, limits.max_functions)
     min_memory_mb: float  # max(memory_mb.min, workload.min_memory_mb)
+    # Model v2: 0 when the profile does not give them.
+    latency_s: float = 0.0  # profile.latency_s, paid by every push and every pull
+    startup_base_s: float = 0.0  # profile.startup.base_s, per invocation round
+    startup_per_function_s: float = 0.0  # profile.startup.per_function_s, per round and function
 
     def memory(self) -> FloatArray:
         """The platform's memory grid min, min + step, ..., max."""
@@ -129,6 +133,7 @@ def read(
     cap = (raw.get("limits") or {}).get("max_functions")
     floor = w.get("min_memory_mb")
     saturation = rate.get("saturates_at_mb")
+    startup = raw["profile"].get("startup") or {}
     return Problem(
         d_m=float(w["model_size_mb"]), d_t=float(w["dataset_size_mb"]), n_t=float(w["samples"]),
         e=float(w["epochs"]), b_lf=float(w["local_batch"]), b_gmax=float(w["max_global_batch"]),
@@ -148,6 +153,9 @@ def read(
         else min(int(cap), int(pf["max_concurrency"])),
         min_memory_mb=float(grid_mb["min"]) if floor is None
         else max(float(grid_mb["min"]), float(floor)),
+        latency_s=float(raw["profile"].get("latency_s") or 0.0),
+        startup_base_s=float(startup.get("base_s", 0.0)),
+        startup_per_function_s=float(startup.get("per_function_s", 0.0)),
     )
 
 
@@ -186,10 +194,13 @@ def _evaluate(p: Problem, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]
         ps_bw = np.minimum(p.b_fmax, p.b_p / n)
         t_load = p.d_t / (n * storage_bw)
         t_comp = local_batch / rate
-        t_comm = 2.0 * p.d_m / ps_bw
+        t_comm = 2.0 * (p.d_m / ps_bw + p.latency_s)  # a push and a pull
         time_train = t_load + iterations * (t_comp + t_comm)
         restarts = np.maximum(0.0, np.ceil(time_train / usable) - 1.0)
-        time = time_train + restarts * p.restart_overhead_s
+        per_round = p.startup_base_s + p.startup_per_function_s * n
+        # Without a start-up, an overflowed time (inf restarts) stays inf, not inf·0 = NaN.
+        startup = np.where(per_round > 0, (restarts + 1.0) * per_round, 0.0)
+        time = time_train + restarts * p.restart_overhead_s + startup
         cost = (
             time * (n * (m / 1024.0) * p.p_gbs + p.p_ps / 3600.0)
             + n * (restarts + 1.0) * p.p_req

@@ -3,7 +3,8 @@
 `instance_mappings()` draws instances in MODEL.md's YAML schema (inline platform) across the
 corners that break hand-derived bounds: negative intercepts (low memories invalid), rate
 saturation, a memory floor, short timeouts (restarts), free and priced parameter servers,
-and both batch regimes. Deadlines are drawn against the instance (`deadlines`), mostly where
+both batch regimes, and model v2's per-exchange latency and start-up per round (absent, 0 or
+positive). Deadlines are drawn against the instance (`deadlines`), mostly where
 they change the answer. Grids stay small so the brute-force oracle
 answers in milliseconds. `arbitrary_mappings()` draws junk and near-valid mutants for fuzzing
 `load_instance`, which must answer every one with an `InstanceError` or an `Instance`.
@@ -30,8 +31,9 @@ SCHEMA: dict[str, tuple[str, ...]] = {
         "model_size_mb", "dataset_size_mb", "samples", "epochs", "local_batch",
         "max_global_batch", "min_memory_mb",
     ),
-    "profile": ("rate", "storage_bandwidth"),
+    "profile": ("rate", "storage_bandwidth", "latency_s", "startup"),
     "profile.rate": ("slope", "intercept", "saturates_at_mb"),
+    "profile.startup": ("base_s", "per_function_s"),
     "profile.storage_bandwidth": ("slope", "intercept", "max_mbps"),
     "parameter_server": ("bandwidth_mbps", "function_bandwidth_mbps", "price_per_hour"),
     "objective": ("deadline_s",),
@@ -41,7 +43,7 @@ SCHEMA: dict[str, tuple[str, ...]] = {
 #: Fields whose value may be absent or null.
 OPTIONAL: frozenset[str] = frozenset(
     {"name", "limits", "limits.max_functions", "workload.min_memory_mb",
-     "profile.rate.saturates_at_mb"}
+     "profile.rate.saturates_at_mb", "profile.latency_s", "profile.startup"}
 )
 
 #: Fields that hold a string (the rest hold numbers or sections).
@@ -154,6 +156,19 @@ def instance_mappings(
             "price_per_hour": draw(st.one_of(st.just(0.0), _real(0.005, 2.0))),
         },
     }
+    latency = draw(st.sampled_from(["absent", "zero", "drawn", "drawn"]))
+    if latency != "absent":
+        mapping["profile"]["latency_s"] = (
+            0.0 if latency == "zero" else draw(st.one_of(_real(1e-4, 0.05), _real(0.05, 2)))
+        )
+    startup = draw(st.sampled_from(["absent", "zero", "drawn", "drawn"]))
+    if startup != "absent":
+        mapping["profile"]["startup"] = (
+            {"base_s": 0.0, "per_function_s": 0.0} if startup == "zero" else {
+                "base_s": draw(st.one_of(st.just(0.0), _real(0.1, 30))),
+                "per_function_s": draw(st.one_of(st.just(0.0), _real(1e-3, 2))),
+            }
+        )
     if draw(st.booleans()):
         # Often small, so that the limit binds where the optimum would use more functions.
         mapping["limits"] = {"max_functions": draw(st.integers(1, 16) | st.integers(1, 400))}

@@ -140,6 +140,11 @@ def regime_roots(p: Problem, memory_mb: float) -> list[tuple[float, float]]:
                 b += comm / (p.b_p if fixed_local else p.b_fmax)
             else:
                 c += comm / p.b_p
+            latency = 2 * work * p.latency_s / batch  # k·2λ: ∝ 1/n with a fixed local batch
+            if fixed_local:
+                a += latency
+            else:
+                b += latency
             b -= p.deadline_s
             if c == 0:
                 roots = [a / -b] if b < 0 else []

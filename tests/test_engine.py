@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from lambdadnn import Instance, InstanceError, load_instance, solve
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.engine import JobRun, push_phase_end, simulate_job
+from lambdadnn.solver.instance import StartupProfile
 from tests.by_hand import by_hand
 
 SHIPPED = sorted(str(path) for path in Path("instances").glob("*.yaml"))
@@ -120,6 +121,26 @@ def test_zero_noise_matches_the_model_on_any_valid_plan(path: str, n: int, m: in
     assert run.time_s == pytest.approx(hand.time, rel=0.01)
     assert run.restarts >= hand.restarts
     assert run.time_s == pytest.approx(quiet_time(job, n, m, run.restarts), rel=1e-9)
+
+
+@pytest.mark.parametrize(("path", "n", "m"), CASES)
+def test_zero_noise_pays_the_v2_latency_and_start_up(path: str, n: int, m: float) -> None:
+    """Model v2 by hand: 2λ more per iteration, and s0 + s1·n more per round, so a run with
+    no noise takes T_train (with λ) + r·o + (r + 1)·(s0 + s1·n) for the r restarts it took."""
+    base = instance(path)
+    startup = StartupProfile(base_s=3.0, per_function_s=0.25)
+    job = dataclasses.replace(
+        base, profile=dataclasses.replace(base.profile, latency_s=0.002, startup=startup)
+    )
+    hand = by_hand(job, n, m)
+    run = simulate_job(job, n, m, noise=QUIET, rng=rng())
+    assert hand.t_comm == pytest.approx(by_hand(base, n, m).t_comm + 0.004, rel=1e-12)
+    rounds = run.restarts + 1
+    expected = hand.t_train + run.restarts * job.platform.restart_overhead_s + rounds * (
+        3.0 + 0.25 * n)
+    assert run.time_s == pytest.approx(expected, rel=1e-9)
+    assert run.restarts == hand.restarts
+    assert run.time_s == pytest.approx(hand.time, rel=1e-9)
 
 
 COLD_STARTS_ONLY = NoiseModel(

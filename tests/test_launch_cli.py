@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def test_local_launch_reports_in_json(plan_file: Path, redis_url: str) -> None:
     assert report["status"] == "done" and report["iterations"] == 120
     assert report["backend"] == "local" and report["architecture"] == "x86_64"
     assert report["predicted_time_s"] == json.loads(plan_file.read_text())["time_s"]
-    assert report["test_accuracy"] > 0.8
+    assert report["test_accuracy"] > 0.8 and report["workload"] == "digits-cnn"
 
 
 def test_aws_dry_run_lists_every_call_without_making_one(plan_file: Path) -> None:
@@ -57,6 +58,8 @@ def test_aws_dry_run_lists_every_call_without_making_one(plan_file: Path) -> Non
     ranks = sorted(json.loads(c["params"]["Payload"])["rank"] for c in calls
                    if c["operation"] == "Invoke")
     assert ranks == [0, 1]
+    assert {json.loads(c["params"]["Payload"])["workload"] for c in calls
+            if c["operation"] == "Invoke"} == {"digits-cnn"}
 
 
 def test_print_policy_names_the_actions() -> None:
@@ -76,20 +79,20 @@ def test_aws_backend_is_wired_to_the_channel(
     ) -> LaunchReport:
         seen.update(kwargs, target=target, spec=spec)
         progress = kwargs["channel_progress"]()
-        return LaunchReport.of(spec, backend="aws", iterations=progress["iteration"],
-                               restarts=0, measured_time_s=1.0,
+        return LaunchReport.of(spec, backend="aws", workload=kwargs["worker_settings"]["workload"],
+                               iterations=progress["iteration"], restarts=0, measured_time_s=1.0,
                                result={"final_loss": 0.1, "test_accuracy": 0.95},
                                runs_on="a fake")
 
     monkeypatch.setattr(lambdadnn.launcher.aws, "run_aws", fake_run_aws)
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
                          "--redis-url", redis_url, "--endpoint-url", "http://127.0.0.1:9",
-                         "--json")
+                         "--workload", "digits-mlp", "--json")
     assert code == 0, err
     assert seen["redis_url"] == redis_url and seen["target"].role_arn == ROLE
     assert callable(seen["channel_result"]) and callable(seen["record_restart"])
     assert seen["spec"].functions == 2 and seen["spec"].iterations == 120
-    assert json.loads(out)["status"] == "done"
+    assert json.loads(out)["status"] == "done" and json.loads(out)["workload"] == "digits-mlp"
 
 
 @pytest.mark.parametrize(
@@ -101,6 +104,10 @@ def test_aws_backend_is_wired_to_the_channel(
         (["launch", "{plan}", "--dry-run"], "`--dry-run`"),
         (["launch", "{bad}"], "`memory_mb`"),
         (["launch", "no/such/plan.json"], "does not exist"),
+        (["launch", "{plan}", "--workload", "resnet"], "`--workload` 'resnet'"),
+        (["launch", "{plan}", "--workload", "no_such_pkg.models:make"], "cannot import"),
+        (["launch", "{plan}", "--backend", "aws", "--role-arn", ROLE, "--dry-run",
+          "--workload", "lambdadnn.launcher.workloads:nothing"], "has no attribute 'nothing'"),
     ],
 )
 def test_launch_errors_are_one_line(
@@ -111,3 +118,18 @@ def test_launch_errors_are_one_line(
     code, out, err = run(*(a.format(plan=plan_file, bad=bad) for a in args))
     assert code == 1 and fragment in err and err.count("\n") == 1, err
     assert "Traceback" not in out + err
+
+
+def test_a_workload_module_is_found_in_the_working_folder(
+    plan_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with `python -m`: the CLI imports it from here (the console script's path lacks it)."""
+    package = tmp_path / "here" / "cwdpkg_launch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text("def other(seed: int) -> None: ...\n")
+    monkeypatch.chdir(package.parent)
+    monkeypatch.setattr("sys.path", [p for p in sys.path if p not in ("", str(package.parent))])
+    code, _, err = run("launch", str(plan_file), "--workload", "cwdpkg_launch.models:make")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "module 'cwdpkg_launch.models' has no attribute 'make'" in err  # it was imported

@@ -37,6 +37,7 @@ def _assert_no_keys_left(redis_url: str) -> None:
 
 def test_two_workers_learn_digits(reference: LaunchReport, redis_url: str) -> None:
     assert reference.status == "done" and reference.backend == "local"
+    assert reference.workload == "digits-cnn"  # the default
     assert reference.iterations == 300 and reference.restarts == 0
     assert reference.invocations == 2 and reference.architecture == "x86_64"
     assert reference.test_accuracy is not None and reference.test_accuracy >= 0.9
@@ -109,7 +110,7 @@ def test_handler_checkpoints_and_returns_before_its_deadline(redis_url: str) -> 
     event = {
         "rank": 0, "workers": 1, "job": job, "redis_url": redis_url, "iterations": 5,
         "local_batch": 16, "checkpoint_every": 100, "timeout_margin_s": 1.0, "seed": 3,
-        "lr": 0.05,
+        "workload": "digits-cnn",
     }
     with redis.Redis.from_url(redis_url) as client:
         channel = ParameterChannel(client, job, workers=1)
