@@ -55,6 +55,12 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.solve
 	$(BIN)/python -m benchmarks.simulate
 
+## calibrate: profile both shipped workloads here, launch held-out plans solved from the
+## profiles, print measured against predicted time (about 25 minutes; needs an idle machine)
+.PHONY: calibrate
+calibrate: $(VENV)/.installed-test
+	$(BIN)/python -m benchmarks.calibration
+
 ## mutate: plant each known bug of tests/mutation.py in a scratch copy, run the tests that
 ## should catch it, print `killed K/N`, fail if one survives (minutes; not part of `make test`)
 .PHONY: mutate

@@ -515,20 +515,29 @@ def _plan_to_launch(source: Path, platform: str | None, force: bool) -> LaunchSp
 
 
 class _IterationBar:
-    """A progress bar over iterations on stderr, drawn from the first report on (so an error
-    before training is the only line printed); it may step back (a restore)."""
+    """A progress bar over iterations on stderr, drawn from the first trained iteration on.
+
+    Before it, nothing is drawn (an error during start-up is the only line printed), and its
+    ETA counts from there: start-up time says nothing about the iterations left. It may step
+    back (a restore to the checkpoint).
+    """
 
     def __init__(self, enabled: bool, total: int) -> None:
         self.enabled, self.total = enabled, total
         self.bar: Any = None
+        self.origin = 0
 
     def update(self, iteration: int) -> None:
-        if not self.enabled:
+        if not self.enabled or (self.bar is None and iteration < 1):
             return
         if self.bar is None:
-            self.bar = click.progressbar(length=self.total, label="training", file=sys.stderr)
+            self.origin = iteration
+            self.bar = click.progressbar(length=max(1, self.total - iteration),
+                                         label="training", file=sys.stderr)
             self.bar.__enter__()
-        self.bar.update(iteration - self.bar.pos)
+        # make_step, not update(): update() drops a step back (it waits to make up for it)
+        self.bar.make_step(max(0, iteration - self.origin) - self.bar.pos)
+        self.bar.render_progress()
 
     def close(self) -> None:
         if self.bar is not None:
@@ -540,15 +549,26 @@ def _launch_text(report: LaunchReport) -> str:
     def shown(value: float | None, form: str) -> str:
         return "n/a" if value is None else format(value, form)
 
+    if report.predicted_time_s is None:
+        prediction = f"no prediction: {report.prediction_note}"
+    else:
+        prediction = (f"predicted {_seconds(report.predicted_time_s)} "
+                      f"({_restarts(report.predicted_restarts or 0)}), error "
+                      f"{report.prediction_error:+.1%}")
+    total = report.compute_s + report.exchange_s
+    split = (f"compute {report.compute_s / total:.0%}, exchange {report.exchange_s / total:.0%}"
+             if total > 0 else "n/a")
     return "\n".join([
         f"launched on {report.backend}: {report.functions} functions × {report.memory_mb:,} MB "
         f"({report.platform}, {report.architecture}) — {report.status}",
-        f"  workload       {report.workload}",
+        f"  workload       {report.workload}, local batch {report.local_batch}",
         f"  iterations     {report.iterations:,} ({_restarts(report.restarts)}, "
-        f"{report.invocations} invocations; the plan predicted "
-        f"{_restarts(report.predicted_restarts)})",
-        f"  time           measured {_seconds(report.measured_time_s)}, the plan predicted "
-        f"{_seconds(report.predicted_time_s)} for its own workload",
+        f"{report.invocations} invocations)",
+        f"  time           measured {_seconds(report.measured_time_s)}; {prediction}",
+        f"  first step     after {shown(report.time_to_first_iteration_s, '.2f')} s of start-up",
+        f"  per iteration  median {shown(report.iteration_median_s, '.4f')} s, p90 "
+        f"{shown(report.iteration_p90_s, '.4f')} s ({split})",
+        f"  CPU throttled  {shown(report.throttled_share, '.0%')} of periods",
         f"  final loss     {shown(report.final_loss, '.4f')}",
         f"  test accuracy  {shown(report.test_accuracy, '.2%')}",
         f"  runs on        {report.runs_on}",
@@ -562,11 +582,13 @@ def _launch_text(report: LaunchReport) -> str:
               show_default=True)
 @click.option("--redis-url", help="The parameter channel (default for local: start one).")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=900.0, show_default=True,
-              help="Each invocation's limit (local backend; Lambda's is 900 s).")
+              help="Each invocation's limit (on AWS at most Lambda's 900 s).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--workload", default="digits-cnn", show_default=True,
-              help="What the workers train: digits-cnn, digits-mlp or package.module:factory.")
+@click.option("--workload",
+              help="What the workers train: digits-cnn, digits-mlp or package.module:factory "
+                   "[default: the workload the plan's instance was profiled for, else "
+                   "digits-cnn].")
 @click.option("--function-name", default="lambdadnn-worker", show_default=True)
 @click.option("--role-arn", help="Execution role of the Lambda function (aws).")
 @click.option("--layer", "layers", multiple=True, help="Layer ARN with torch, sklearn, redis.")
@@ -583,7 +605,7 @@ def _launch_text(report: LaunchReport) -> str:
 @friendly
 def launch_command(
     source: Path | None, backend: str, redis_url: str | None, timeout_s: float,
-    checkpoint_every: int, seed: int, workload: str, function_name: str,
+    checkpoint_every: int, seed: int, workload: str | None, function_name: str,
     role_arn: str | None, layers: tuple[str, ...], image_uri: str | None, region: str,
     endpoint_url: str | None, dry_run: bool, print_policy: bool, oversubscribe: bool,
     force: bool, platform: str | None, as_json: bool,
@@ -620,6 +642,11 @@ def launch_command(
     from lambdadnn.launcher.channel import redis_client
 
     spec = _plan_to_launch(source, platform, force)
+    if workload is None:
+        from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
+
+        profiled = spec.instance.fit if spec.instance is not None else None
+        workload = DEFAULT_WORKLOAD if profiled is None else profiled.workload
     if ":" in workload and os.getcwd() not in sys.path:  # as the workers (`python -c`) do
         sys.path.insert(0, os.getcwd())
     settings = {"checkpoint_every": checkpoint_every, "seed": seed, "workload": workload}
@@ -634,7 +661,8 @@ def launch_command(
         if not redis_url:
             raise InstanceError("`--redis-url` is needed for the aws backend: a Redis that the "
                                 "Lambda functions can reach (not 127.0.0.1)")
-        report = _launch_aws(spec, target, redis_url, job, settings, endpoint_url, as_json)
+        report = _launch_aws(spec, target, redis_url, job, settings, endpoint_url,
+                             timeout_s, as_json)
     else:
         from lambdadnn.launcher.local import Interrupted, run_local
 
@@ -662,30 +690,216 @@ def launch_command(
 
 def _launch_aws(
     spec: LaunchSpec, target: Any, redis_url: str, job: str, settings: dict[str, Any],
-    endpoint_url: str | None, quiet: bool,
+    endpoint_url: str | None, timeout_s: float, quiet: bool,
 ) -> LaunchReport:
-    import redis
-
     from lambdadnn.launcher import aws
-    from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
 
     client = aws.lambda_client(target.region, endpoint_url=endpoint_url)
-    channel = ParameterChannel(redis_client(redis_url, option="--redis-url"), job,
-                               workers=spec.functions)
     bar = _IterationBar(not quiet, spec.iterations)
     try:
-        try:
-            return aws.run_aws(
-                spec, client, target, redis_url=redis_url, job=job, worker_settings=settings,
-                channel_progress=channel.progress, channel_result=channel.result,
-                record_restart=channel.record_restart,
-                on_progress=lambda progress: bar.update(int(progress.get("iteration", 0))),
-            )
-        finally:
-            bar.close()
-            channel.cleanup()
-    except redis.RedisError as error:
-        raise channel_failed(redis_url, error) from None
+        return aws.run_aws_job(
+            spec, client, target, redis_url=redis_url, job=job, worker_settings=settings,
+            timeout_s=timeout_s,
+            on_progress=lambda progress: bar.update(int(progress.get("iteration", 0))),
+        )
+    finally:
+        bar.close()
+
+
+@main.command("image")
+@click.option("--build", "build_image", is_flag=True,
+              help="Build the image with docker (docker must be on PATH).")
+@click.option("--tag", metavar="T",
+              help="The image's name, for --build or --context [default: lambdadnn-worker].")
+@click.option("--architecture", metavar="x86_64|arm64",
+              help="The plan's architecture, for --build or --context [default: x86_64].")
+@click.option("--context", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Write the build context (Dockerfile, lambdadnn/, workloads/) into DIR, "
+                   "new or empty.")
+@click.option("--workload-dir", "workload_dirs", multiple=True, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Put the contents of DIR beside lambdadnn in the image, for `launch "
+                   "--workload module:factory` (repeatable).")
+@friendly
+def image_command(
+    build_image: bool, tag: str | None, architecture: str | None, context: Path | None,
+    workload_dirs: tuple[Path, ...],
+) -> None:
+    """Print the Dockerfile of the worker's Lambda container image, write its build context
+    (--context), or build it (--build).
+
+    torch does not fit Lambda's zip deployment, so `launch --backend aws` runs the worker from
+    this image. Build it for the plan's architecture, push it to Amazon ECR, and launch with it:
+
+    \b
+      aws ecr create-repository --repository-name lambdadnn-worker
+      aws ecr get-login-password | docker login --username AWS \\
+          --password-stdin ACCOUNT.dkr.ecr.REGION.amazonaws.com
+      docker tag lambdadnn-worker ACCOUNT.dkr.ecr.REGION.amazonaws.com/lambdadnn-worker
+      docker push ACCOUNT.dkr.ecr.REGION.amazonaws.com/lambdadnn-worker
+      lambdadnn launch PLAN --backend aws --image-uri \\
+          ACCOUNT.dkr.ecr.REGION.amazonaws.com/lambdadnn-worker:latest --role-arn ...
+    """
+    import shlex
+
+    from lambdadnn.launcher import image
+
+    name = tag or image.DEFAULT_TAG
+    arch = architecture or image.DEFAULT_ARCHITECTURE
+    if build_image:
+        image.build(name, architecture=arch, workload_dirs=workload_dirs, context=context)
+        click.echo(f"built {name} for {arch}; push it to Amazon ECR and pass its URI to "
+                   "`lambdadnn launch --backend aws --image-uri` (see `lambdadnn image --help`)")
+    elif context is None:
+        unused = [option for option, value in (("--tag", tag), ("--architecture", architecture),
+                                               ("--workload-dir", workload_dirs)) if value]
+        if unused:
+            raise InstanceError(f"`{unused[0]}` is for a build: add `--context DIR` to write "
+                                "the build context, or `--build` to build the image")
+        click.echo(image.dockerfile(), nl=False)
+    else:
+        command = image.docker_command(name, arch, context)  # a bad tag writes nothing
+        image.build_context(context, workload_dirs=workload_dirs)
+        click.echo(f"wrote the build context to {context}; build the image with:\n"
+                   f"  {shlex.join(command)}")
+
+
+
+def _fit_text(fit: dict[str, Any], out: Path) -> str:
+    """The profile's parameters (± standard error) and every trial's miss, as a table."""
+    lines = [f"profiled {fit['workload']} on {fit['backend']} in {fit['seconds']:.0f} s "
+             f"(${fit['cost_usd']:.4f}); wrote {out}", "", "parameter" + " " * 34 + "value"
+             + " " * 10 + "± std. error"]
+    for name, entry in fit["parameters"].items():
+        value = "—" if entry["value"] is None else f"{entry['value']:.6g}"
+        error = "" if entry["stderr"] is None else f"± {entry['stderr']:.2g}"
+        flag = "" if entry["identified"] else "   (not identified)"
+        lines.append(f"  {name:<40} {value:>12} {error:<12}{flag}")
+    lines += ["", "  trial                         iterations  measured   fitted    error"]
+    for run in fit["runs"]:
+        label = f"{run['functions']} × {run['memory_mb']} MB, batch {run['local_batch']}"
+        if run["restarts"]:
+            label += f", {run['restarts']} restarts"
+        lines.append(f"  {label:<30} {run['iterations']:>10,} {run['measured_time_s']:>8.2f} s"
+                     f" {run['predicted_time_s']:>7.2f} s {run['error']:>+8.1%}")
+    lines.append("")
+    lines.append("Parameters the design did not identify are explained in the `fit` section.")
+    return "\n".join(lines)
+
+
+@main.command("profile")
+@click.option("--workload", default="digits-cnn", show_default=True,
+              help="What to profile: digits-cnn, digits-mlp or package.module:factory.")
+@click.option("--backend", type=click.Choice(["local", "aws"]), default="local",
+              show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the fitted instance YAML.")
+@click.option("--budget-s", type=click.FloatRange(min=30, max=86_400), default=300.0,
+              show_default=True, help="Profiling time to stay within.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--local-batch", type=click.IntRange(min=1, max=100_000), default=64,
+              show_default=True, help="The batch per function the plans will use.")
+@click.option("--epochs", type=click.IntRange(min=1, max=10**9), default=100,
+              show_default=True, help="Written into the instance's workload.")
+@click.option("--max-global-batch", type=click.IntRange(min=1, max=10**9), default=1024,
+              show_default=True, help="Written into the instance's workload.")
+@click.option("--deadline-s", type=click.FloatRange(min=1, max=1e9), default=60.0,
+              show_default=True, help="Written into the instance's objective.")
+@click.option("--reserve-cpus", type=click.IntRange(min=0, max=1024), default=1,
+              show_default=True,
+              help="Local: CPUs kept for redis-server and the launcher; the functions may use "
+                   "the rest (the platform's max_vcpu).")
+@click.option("--redis-url", help="aws: the parameter channel the Lambda functions reach.")
+@click.option("--role-arn", help="aws: execution role of the Lambda function.")
+@click.option("--image-uri", help="aws: the worker's container image (see `lambdadnn image`).")
+@click.option("--function-name", default="lambdadnn-profile", show_default=True)
+@click.option("--region", default="us-east-1", show_default=True)
+@click.option("--endpoint-url", help="aws: Lambda endpoint (e.g. a moto server for testing).")
+@json_option
+@friendly
+def profile_command(
+    workload: str, backend: str, out: Path, budget_s: float, seed: int, local_batch: int,
+    epochs: int, max_global_batch: int, deadline_s: float, reserve_cpus: int,
+    redis_url: str | None, role_arn: str | None, image_uri: str | None, function_name: str,
+    region: str, endpoint_url: str | None, as_json: bool,
+) -> None:
+    """Measure a workload with short trial runs, fit the model, write an instance YAML.
+
+    The instance (`--out`) solves, evaluates and launches like any other; its `fit` section
+    holds every parameter with its standard error, every trial with its measured and fitted
+    time, and what the design could not identify.
+    """
+    import os
+
+    import yaml
+
+    from lambdadnn.launcher import require_extras
+    from lambdadnn.launcher.profile import profile_workload
+    from lambdadnn.launcher.workloads import check_workload
+
+    if out.is_dir() or not out.parent.is_dir():
+        raise InstanceError(f"`--out` {out} must be a file in an existing folder")
+    require_extras(backend)
+    if ":" in workload and os.getcwd() not in sys.path:  # as `launch` does
+        sys.path.insert(0, os.getcwd())
+    check_workload(workload, seed)
+    if backend == "aws":
+        from lambdadnn.launcher.aws import profile_capacity, profile_runner
+
+        if not (role_arn and redis_url):
+            raise InstanceError("`--role-arn` and `--redis-url` are needed for the aws backend")
+        capacity = profile_capacity(region=region)
+        runner = profile_runner(
+            workload=workload, seed=seed, function_name=function_name, role_arn=role_arn,
+            image_uri=image_uri, region=region, endpoint_url=endpoint_url,
+            redis_url=redis_url,
+        )
+    else:
+        from lambdadnn.launcher.local import local_capacity, local_runner
+
+        capacity = local_capacity(reserve_cpus=reserve_cpus)
+        runner = local_runner(workload=workload, seed=seed)
+    bar: Any = None
+
+    def progress(done: int, total: int, label: str) -> None:
+        nonlocal bar
+        if as_json or not sys.stderr.isatty():
+            return
+        if bar is None:
+            bar = click.progressbar(length=total, label="profiling", file=sys.stderr,
+                                    item_show_func=lambda item: item)
+            bar.__enter__()
+        bar.length = total
+        bar.update(done - bar.pos, label)
+
+    from lambdadnn.launcher.local import Interrupted
+
+    try:
+        mapping = profile_workload(
+            workload, capacity, runner, budget_s=budget_s, seed=seed, local_batch=local_batch,
+            epochs=epochs, max_global_batch=max_global_batch, deadline_s=deadline_s,
+            progress=progress,
+        )
+    except Interrupted as stop:  # a trial stopped and cleaned up: exit as `launch` does
+        if bar is not None:
+            bar.__exit__(None, None, None)
+            bar = None
+        click.echo(f"error: {stop}; nothing was written", err=True)
+        sys.exit(128 + stop.signum)
+    except KeyboardInterrupt:  # Ctrl-C between trials: nothing runs then, nothing is left
+        click.echo("error: profile stopped by SIGINT between trials; nothing was written",
+                   err=True)
+        sys.exit(128 + 2)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    text = yaml.safe_dump(mapping, sort_keys=False, width=100)
+    out.write_text(f"# Written by `lambdadnn profile --workload {workload} --backend {backend}`"
+                   f"\n{text}")
+    if as_json:
+        _emit_json({"instance": str(out), **mapping})
+        return
+    click.echo(_fit_text(mapping["fit"], out))
 
 
 if __name__ == "__main__":

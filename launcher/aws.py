@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import numbers
 import random
 import time
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -28,13 +31,18 @@ from typing import Any, ClassVar
 
 import lambdadnn
 from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.launcher.profile import Capacity, Runner
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction, default_margin
+from lambdadnn.launcher.timings import summarise
 from lambdadnn.launcher.workloads import check_workload
+from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import ARCHITECTURES, platform_path, read_yaml
 
 __all__ = [
     "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "POLICY_ACTIONS", "REDIS_URL_ENV", "RUNTIME",
     "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call", "DryRunClient", "Followed",
-    "dry_run", "lambda_client", "package_worker", "required_policy", "run_aws",
+    "dry_run", "lambda_client", "package_worker", "profile_capacity", "profile_runner",
+    "required_policy", "run_aws", "run_aws_job",
 ]
 
 HANDLER = "lambdadnn.launcher.worker.handler"
@@ -371,13 +379,15 @@ class AwsLauncher:
 
     # -- deploy ------------------------------------------------------------------------------
 
-    def _configuration(self, memory_mb: int, redis_url: str, job: str) -> dict[str, Any]:
+    def _configuration(
+        self, memory_mb: int, redis_url: str, job: str, timeout_s: int
+    ) -> dict[str, Any]:
         """The settings shared by CreateFunction and UpdateFunctionConfiguration."""
         config: dict[str, Any] = {
             "FunctionName": self.target.function_name,
             "Role": self.target.role_arn,
             "MemorySize": memory_mb,
-            "Timeout": FUNCTION_TIMEOUT_S,
+            "Timeout": timeout_s,
             "Environment": {"Variables": {REDIS_URL_ENV: redis_url, JOB_ENV: job}},
         }
         if self.target.image_uri is None:
@@ -391,14 +401,17 @@ class AwsLauncher:
             return {"ImageUri": self.target.image_uri}
         return {"ZipFile": package_worker()}
 
-    def deploy(self, spec: LaunchSpec, redis_url: str, job: str) -> None:
+    def deploy(
+        self, spec: LaunchSpec, redis_url: str, job: str, *, timeout_s: int = FUNCTION_TIMEOUT_S
+    ) -> None:
         """Create the function (or bring an existing one up to date) and reserve `n` slots.
 
         Memory and architecture are the spec's (checked within Lambda's range when it was
-        built). Reserved concurrency `n` guarantees the BSP barrier can be reached: all `n`
-        ranks can run at once, and no other function of the account can take their slots.
+        built); `timeout_s` is the function's Timeout, the invocation limit. Reserved
+        concurrency `n` guarantees the BSP barrier can be reached: all `n` ranks can run at
+        once, and no other function of the account can take their slots.
         """
-        config = self._configuration(spec.memory_mb, redis_url, job)
+        config = self._configuration(spec.memory_mb, redis_url, job, timeout_s)
         code = self._code()
         package_type = "Image" if self.target.image_uri is not None else "Zip"
         try:
@@ -570,14 +583,17 @@ def run_aws(
     channel_progress: Callable[[], Mapping[str, Any]],
     job: str,
     channel_result: Callable[[], Mapping[str, Any] | None] | None = None,
+    channel_timings: Callable[[], list[dict[str, Any]]] | None = None,
     record_restart: Callable[[], object] | None = None,
     worker_settings: Mapping[str, Any] | None = None,
+    timeout_s: float = FUNCTION_TIMEOUT_S,
     poll_s: float = 5.0,
     quiet_s: float = 60.0,
     max_restarts: int | None = None,
     on_progress: Callable[[Mapping[str, Any]], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
 ) -> LaunchReport:
     """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always).
 
@@ -586,27 +602,55 @@ def run_aws(
     plan predicts, so a job far slower than planned stops instead of running up a bill.
     `record_restart` (the channel's) is called before each re-invocation round, so the
     channel's own restart count agrees with the report's. `measured_time_s` runs from the
-    first invocation to `done`; final loss and test accuracy come from `channel_result`. The
+    first invocation to the last update the workers timed (to `done` when they timed none);
+    final loss and test accuracy come from `channel_result`. The
     event's `workload` is checked before anything is deployed (`check_workload`); a user's
-    factory module must be in the deployed code (`--image-uri` or a layer).
+    factory module must be in the deployed code (`--image-uri` or a layer). The workers'
+    timings come from `channel_timings` (the channel's), against each round's invocation
+    time on `wall_clock`.
+
+    `timeout_s` is the invocation limit, at most Lambda's 900 s; workers stop to checkpoint
+    `timeout_margin_s` before it (`default_margin(timeout_s)` unless `worker_settings` set
+    it). Lambda's Timeout is whole seconds, so the function gets ⌈timeout_s⌉ and the workers
+    a margin larger by the difference: they stop where a limit of exactly `timeout_s` would
+    stop them, which is what the report's prediction assumes.
     """
+    if not (isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool)
+            and 0 < timeout_s <= FUNCTION_TIMEOUT_S):
+        raise AwsLaunchError(
+            f"`timeout_s` {brief(timeout_s)} is no Lambda invocation limit: give seconds in "
+            f"(0, {FUNCTION_TIMEOUT_S}]"
+        )
+    timeout_s = float(timeout_s)
     if max_restarts is None:
         max_restarts = 3 * (spec.restarts + 1)
-    event = spec.worker_event(job=job, redis_url=redis_url, settings=worker_settings)
+    event = spec.worker_event(job=job, redis_url=redis_url, settings={
+        "timeout_margin_s": default_margin(timeout_s), **(worker_settings or {})})
+    margin = float(event["timeout_margin_s"])
+    if not 0 <= margin < timeout_s:
+        raise AwsLaunchError(
+            f"`timeout_margin_s` {brief(margin)} must be at least 0 and under the invocation "
+            f"limit {timeout_s:g} s: lower it, or leave it out for {default_margin(timeout_s):g}"
+        )
+    function_timeout = math.ceil(timeout_s)
+    event["timeout_margin_s"] = margin + (function_timeout - timeout_s)
     check_workload(event["workload"], int(event["seed"]))
     launcher = AwsLauncher(client, target, sleep=sleep, clock=clock)
+    launched: list[float] = []  # wall-clock invocation time of each round
 
     def reinvoke() -> None:
         if record_restart is not None:
             record_restart()
+        launched.append(wall_clock())
         launcher.invoke_all(event, spec.functions)
 
     try:
-        launcher.deploy(spec, redis_url, job)
+        launcher.deploy(spec, redis_url, job, timeout_s=function_timeout)
         started = clock()
+        launched.append(wall_clock())
         launcher.invoke_all(event, spec.functions)
         followed = launcher.follow(
-            channel_progress, reinvoke=reinvoke,
+            channel_progress, reinvoke=reinvoke, timeout_s=timeout_s,
             poll_s=poll_s, quiet_s=quiet_s, max_restarts=max_restarts, on_progress=on_progress,
         )
         measured_time_s = clock() - started
@@ -615,9 +659,14 @@ def run_aws(
     return LaunchReport.of(
         spec, backend="aws", workload=event["workload"],
         iterations=int(followed.progress.get("iteration", spec.iterations)),
-        restarts=followed.restarts, measured_time_s=measured_time_s,
+        restarts=followed.restarts, wall_time_s=measured_time_s,
         result=channel_result() if channel_result else None,
         runs_on=f"function {target.function_name} ({spec.architecture}) in {target.region}",
+        prediction=Prediction.of(
+            spec, backend="aws", workload=event["workload"], timeout_s=timeout_s,
+            timeout_margin_s=margin,
+        ),
+        timings=summarise(channel_timings() if channel_timings else [], launched),
     )
 
 
@@ -640,3 +689,107 @@ def dry_run(
         channel_progress=lambda: {"done": True}, sleep=lambda _seconds: None,
     )
     return client.calls
+
+
+def run_aws_job(
+    spec: LaunchSpec,
+    client: Any,
+    target: AwsTarget,
+    *,
+    redis_url: str,
+    job: str,
+    worker_settings: Mapping[str, Any] | None = None,
+    timeout_s: float = FUNCTION_TIMEOUT_S,
+    poll_s: float = 5.0,
+    quiet_s: float = 60.0,
+    on_progress: Callable[[Mapping[str, Any]], None] | None = None,
+) -> LaunchReport:
+    """`run_aws` with the job's own parameter channel on the Redis at `redis_url`.
+
+    The channel's keys are deleted afterwards, whether the run ended or failed, and a Redis
+    that fails mid-run is one `LaunchError` line naming it (`channel_failed`).
+    """
+    import redis
+
+    from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
+
+    channel = ParameterChannel(redis_client(redis_url, option="--redis-url"), job,
+                               workers=spec.functions)
+    try:
+        try:
+            return run_aws(
+                spec, client, target, redis_url=redis_url, job=job,
+                worker_settings=worker_settings, timeout_s=timeout_s,
+                channel_progress=channel.progress, channel_result=channel.result,
+                channel_timings=channel.timings, record_restart=channel.record_restart,
+                poll_s=poll_s, quiet_s=quiet_s, on_progress=on_progress,
+            )
+        finally:
+            channel.cleanup()
+            channel.client.close()
+    except redis.RedisError as error:
+        raise channel_failed(redis_url, error) from None
+
+
+def profile_capacity(*, region: str, architecture: str = "x86_64") -> Capacity:
+    """Lambda in `region` as the platform `lambdadnn profile --backend aws` fits: no limit on
+    the total vCPU, and the memory range, concurrency and prices of the shipped
+    `aws-lambda-<architecture>` platform, so a profiled plan is priced as Lambda bills it."""
+    if architecture not in ARCHITECTURES:
+        raise AwsLaunchError(
+            f"`architecture` {brief(architecture)} is not a Lambda architecture: give one of "
+            f"{', '.join(ARCHITECTURES)}"
+        )
+    shipped = read_yaml(platform_path(f"aws-lambda-{architecture}"))
+    return Capacity(
+        name=f"aws-lambda-{architecture}-{region}", backend="aws", max_vcpu=None,
+        max_memory_mb=int(shipped["memory_mb"]["max"]),
+        max_functions=int(shipped["max_concurrency"]), architecture=architecture,
+        price_per_gb_second=float(shipped["price_per_gb_second"]),
+        price_per_request=float(shipped["price_per_request"]),
+    )
+
+
+def profile_runner(
+    *,
+    workload: str,
+    seed: int,
+    function_name: str,
+    role_arn: str,
+    image_uri: str | None,
+    redis_url: str,
+    region: str = "us-east-1",
+    endpoint_url: str | None = None,
+    client: Any = None,
+    poll_s: float = 5.0,
+    quiet_s: float = 60.0,
+) -> Runner:
+    """Run each profiling trial as one Lambda job: deploy → invoke → follow → clean up.
+
+    Every trial gets a fresh job name and its own channel on `redis_url`, deleted after it
+    even when it fails, and the function is deployed with the trial's invocation limit as
+    its Timeout, so the restart trial really times out and is re-invoked. The worker needs
+    torch, which fits no zip layer, so the function runs the container image `image_uri`
+    (`lambdadnn image`). `client` replaces the boto3 client built for `region` and
+    `endpoint_url` (tests pass one); the target, the image and the Redis are checked here,
+    before any trial.
+    """
+    if not image_uri:
+        raise AwsLaunchError(
+            "`--image-uri` is needed to profile on Lambda: the worker needs torch, which fits "
+            "no zip layer; build and push the image that `lambdadnn image` describes"
+        )
+    from lambdadnn.launcher.channel import redis_client
+
+    target = AwsTarget(function_name, role_arn, image_uri=image_uri, region=region)
+    redis_client(redis_url, option="--redis-url").close()
+    lambda_ = lambda_client(region, endpoint_url=endpoint_url) if client is None else client
+    settings = {"seed": seed, "workload": workload}
+
+    def run(spec: LaunchSpec, timeout_s: float) -> LaunchReport:
+        return run_aws_job(
+            spec, lambda_, target, redis_url=redis_url, job=f"profile-{uuid.uuid4().hex[:12]}",
+            worker_settings=settings, timeout_s=timeout_s, poll_s=poll_s, quiet_s=quiet_s,
+        )
+
+    return run

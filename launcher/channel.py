@@ -15,6 +15,7 @@ Keys (all under `lambdadnn:<job>:`):
 | `heartbeats` | hash | rank → wall-clock time of its last push |
 | `restarts` | string | how often the launcher relaunched the workers |
 | `result` | string | the final metrics (JSON), once training is done |
+| `timings` | hash | `<round>:<rank>` → what that invocation measured (JSON, see `record_timings`) |
 | `it:<i>:grads`, `it:<i>:losses` | hash | rank → gradient (float32 bytes) / loss for iteration i |
 | `it:<i>:stop` | string | set when a worker voted to stop after iteration i (deadline near) |
 | `it:<i>:ready` | list | one token per waiting worker once iteration i's update is applied |
@@ -355,6 +356,27 @@ class ParameterChannel:
             "done": bool(done),
             "heartbeats": {int(rank): float(t) for rank, t in beats.items()},
         }
+
+    def round(self) -> int:
+        """The invocation round a worker starting now belongs to: the relaunches so far."""
+        return int(self.client.get(self._key("restarts")) or 0)
+
+    def record_timings(self, rank: int, round_: int, timings: dict[str, Any]) -> None:
+        """Keep what one invocation measured (`launcher.timings` reads it back).
+
+        Through the channel rather than the invocation's reply, because an asynchronous
+        Lambda invocation has no reply the launcher sees.
+        """
+        self.client.hset(self._key("timings"), f"{round_}:{rank}", json.dumps(timings))
+
+    def timings(self) -> list[dict[str, Any]]:
+        """Every invocation's timings, each with its `round` and `rank`."""
+        records = []
+        for key, raw in self.client.hgetall(self._key("timings")).items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            round_, _, rank = name.partition(":")
+            records.append({**json.loads(raw), "round": int(round_), "rank": int(rank)})
+        return records
 
     def finish(self, metrics: dict[str, Any]) -> None:
         """Publish the final metrics; `progress()['done']` turns true."""

@@ -22,6 +22,7 @@ import functools
 import json
 import math
 import os
+import platform
 import select
 import shutil
 import signal
@@ -44,14 +45,22 @@ import redis
 import lambdadnn
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
-from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.launcher.profile import Capacity, Runner
+from lambdadnn.launcher.spec import (
+    LAMBDA_MEMORY_MB,
+    LaunchReport,
+    LaunchSpec,
+    Prediction,
+    default_margin,
+)
+from lambdadnn.launcher.timings import summarise
 from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD, check_workload, module_root
 from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import MB_PER_VCPU, platform_path, read_yaml
 
-__all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "available_cpus", "check_capacity", "redis_server",
-           "run_local"]
+__all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "available_cpus", "check_capacity",
+           "local_capacity", "local_runner", "redis_server", "run_local"]
 
-MB_PER_VCPU = 1769  # AWS Lambda: 1,769 MB of memory buy one vCPU
 MAX_LOCAL_FUNCTIONS = 64  # one torch process each: more would exhaust a machine's processes
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CPU_PERIOD_US = 100_000
@@ -214,6 +223,25 @@ class CpuCap:
     procs_files: list[str | None]
     created: list[Path] = field(default_factory=list)
 
+    def throttled_share(self) -> float | None:
+        """The share of the workers' CPU periods in which their quota ran out (None: uncapped).
+
+        Near 1 means the cap bound them all along, as it does for a CPU-bound worker below
+        1,769 MB; well below 1, they waited on something else (the channel, each other).
+        """
+        periods = throttled = 0
+        for procs in self.procs_files:
+            if procs is None:
+                return None
+            try:
+                stat = dict(line.split() for line in
+                            (Path(procs).parent / "cpu.stat").read_text().splitlines())
+            except (OSError, ValueError):
+                return None
+            periods += int(stat.get("nr_periods", 0))
+            throttled += int(stat.get("nr_throttled", 0))
+        return throttled / periods if periods else None
+
     def remove(self) -> None:
         """Remove the cgroups, deepest first; a killed worker may take a moment to leave."""
         for path in reversed(self.created):
@@ -306,13 +334,15 @@ def _worker_main() -> None:
     _die_with(int(sys.argv[2]))
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     job = json.load(sys.stdin)
-    from lambdadnn.launcher.worker import handler  # torch: only ever imported in worker processes
+    # torch: only ever imported in worker processes
+    from lambdadnn.launcher.worker import handler, prepare
 
-    if job["procs_file"] is not None:
-        Path(job["procs_file"]).write_text(str(os.getpid()))
-    context = _Deadline(time.monotonic() + job["timeout_s"])
-    report.write(json.dumps({"started": context.deadline}) + "\n")
     try:
+        prepare(job["event"])  # the workload is built in the init phase too, at full CPU
+        if job["procs_file"] is not None:
+            Path(job["procs_file"]).write_text(str(os.getpid()))
+        context = _Deadline(time.monotonic() + job["timeout_s"])
+        report.write(json.dumps({"started": context.deadline}) + "\n")
         report.write(json.dumps({"result": handler(job["event"], context)}) + "\n")
     except Exception:
         report.write(json.dumps({"error": traceback.format_exc()}) + "\n")
@@ -385,7 +415,11 @@ class _Invocation:
                 self.failure = f"rank {self.rank} raised {brief(trace[-1] if trace else '', 120)}"
 
     def settle(self, now: float, timeout_s: float) -> bool:
-        """Note an exit or an overrun (killing it, as Lambda would); True once it is over."""
+        """Note a result, an exit or an overrun (killing it, as Lambda would); True once it
+        is over. An invocation is over when its handler has returned, as on Lambda: the
+        process's own exit (torch's teardown) is `close`'s business, not the run's."""
+        if self.result is not None:
+            return True
         code = self.process.poll()
         if code is not None:
             self.drain()
@@ -497,7 +531,7 @@ def run_local(
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise LaunchError(f"`timeout_s` must be a finite number of seconds > 0, got "
                           f"{brief(timeout_s)}")
-    margin = min(30.0, timeout_s / 4) if timeout_margin_s is None else timeout_margin_s
+    margin = default_margin(timeout_s) if timeout_margin_s is None else timeout_margin_s
     if not 0 <= margin < timeout_s or checkpoint_every < 1:
         raise LaunchError(
             f"need 0 <= timeout_margin_s ({margin:g}) < timeout_s ({timeout_s:g}) "
@@ -534,8 +568,10 @@ def run_local(
             })
             started = time.monotonic()
             restarts, best, stalls = 0, -1, 0
+            launched: list[float] = []  # wall-clock launch time of each round
             while True:
                 stop.check()
+                launched.append(time.time())
                 invocations = _round(event, cap, timeout_s, channel, on_iteration, stop, env)
                 if all(i.result is not None and i.result["status"] == "done"
                        for i in invocations):
@@ -549,7 +585,8 @@ def run_local(
                         f"job {job}: {stalls} relaunches in a row resumed from iteration "
                         f"{resumed} without progress; last failure: {last}"
                     )
-            result = channel.result()
+            measured = time.monotonic() - started
+            result, records = channel.result(), channel.timings()
         except redis.RedisError as error:
             raise channel_failed(url, error) from None
         if result is None:
@@ -557,7 +594,35 @@ def run_local(
         on_iteration(int(result["iterations"]))
         return LaunchReport.of(
             spec, backend="local", workload=workload, iterations=int(result["iterations"]),
-            restarts=restarts,
-            measured_time_s=time.monotonic() - started, result=result,
-            runs_on=cap.description,
+            restarts=restarts, wall_time_s=measured, result=result, runs_on=cap.description,
+            prediction=Prediction.of(spec, backend="local", workload=workload,
+                                     timeout_s=timeout_s, timeout_margin_s=margin),
+            timings=summarise(records, launched), throttled_share=cap.throttled_share(),
         )
+
+
+def local_capacity(*, reserve_cpus: int = 1) -> Capacity:
+    """This machine as a platform: m/1769 vCPU per function, as on Lambda, and at most the
+    CPUs it may use less `reserve_cpus` (at least one) for all functions together, since
+    redis-server and the launcher run here too. Priced as Lambda on this architecture, so a
+    local plan costs what the same plan would on Lambda.
+    """
+    cpus = available_cpus()
+    vcpu = max(1, cpus - reserve_cpus)
+    architecture = "arm64" if platform.machine().lower() in ("aarch64", "arm64") else "x86_64"
+    lambda_prices = read_yaml(platform_path(f"aws-lambda-{architecture}"))
+    return Capacity(
+        name=f"local-{vcpu}-of-{cpus}-cpus", backend="local", max_vcpu=float(vcpu),
+        max_memory_mb=min(LAMBDA_MEMORY_MB[1], vcpu * MB_PER_VCPU),
+        max_functions=MAX_LOCAL_FUNCTIONS, architecture=architecture,
+        price_per_gb_second=float(lambda_prices["price_per_gb_second"]),
+        price_per_request=float(lambda_prices["price_per_request"]),
+    )
+
+
+def local_runner(*, workload: str, seed: int) -> Runner:
+    """Run profiling trials as `lambdadnn launch` runs plans, at each trial's limit."""
+    def run(spec: LaunchSpec, timeout_s: float) -> LaunchReport:
+        return run_local(spec, timeout_s=timeout_s, workload=workload, seed=seed)
+
+    return run

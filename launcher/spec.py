@@ -13,20 +13,29 @@ import json
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from lambdadnn.launcher.timings import RunTimings
 from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief, read_text
-from lambdadnn.solver.instance import ARCHITECTURES, MAX_CONCURRENCY, MAX_INTEGER
+from lambdadnn.solver.instance import (
+    ARCHITECTURES,
+    MAX_CONCURRENCY,
+    MAX_INTEGER,
+    Instance,
+    instance_mapping,
+    load_instance,
+)
 
 if TYPE_CHECKING:
     from lambdadnn.solver.plan import Plan
 
 __all__ = [
-    "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec", "read_plan",
+    "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec", "Prediction",
+    "default_margin", "limit_for", "read_plan",
 ]
 
 LAMBDA_MEMORY_MB = (128, 10_240)  # every shipped platform's grid lies within Lambda's range
@@ -42,6 +51,19 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "workload": DEFAULT_WORKLOAD,
 }
+
+
+def default_margin(timeout_s: float) -> float:
+    """Seconds before an invocation's limit at which workers stop to checkpoint, unless set:
+    a quarter of the limit, at most the catalogues' 30 s."""
+    return min(float(WORKER_DEFAULTS["timeout_margin_s"]), timeout_s / 4)
+
+
+def limit_for(usable_s: float) -> float:
+    """The invocation limit whose `default_margin` leaves `usable_s` seconds of training."""
+    short = usable_s * 4 / 3  # where the margin is a quarter of the limit
+    return short if default_margin(short) < float(WORKER_DEFAULTS["timeout_margin_s"]) \
+        else usable_s + float(WORKER_DEFAULTS["timeout_margin_s"])
 
 
 def _refuse(key: str, value: object, need: str, source: str) -> NoReturn:
@@ -116,7 +138,18 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
         _refuse("platform", platform, "a platform name such as 'aws-lambda-arm64'", source)
     if architecture not in ARCHITECTURES:
         _refuse("architecture", architecture, f"one of {', '.join(ARCHITECTURES)}", source)
-    return {**fields, "platform": platform, "architecture": architecture, "status": status}
+    return {**fields, "platform": platform, "architecture": architecture, "status": status,
+            "instance": _instance(payload.get("instance_spec"), source)}
+
+
+def _instance(value: object, source: str) -> Instance | None:
+    """The instance a plan was solved from (`instance_spec`), checked as any instance is."""
+    if value is None or isinstance(value, Instance):
+        return value
+    try:
+        return load_instance(value)  # type: ignore[arg-type]
+    except InstanceError as error:
+        raise InstanceError(f"`instance_spec` in {source}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -136,12 +169,19 @@ class LaunchSpec:
     platform: str
     architecture: str  # the platform's, so a plan priced for arm64 deploys on arm64
     status: str = "optimal"
+    # The instance the plan was solved from: what `predicted_time_s` is computed from.
+    instance: Instance | None = field(default=None, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        _fields(asdict(self), "the launch spec")  # direct construction is checked too
+    def __post_init__(self) -> None:  # direct construction is checked too
+        _fields({**self._plan_keys(), "instance_spec": self.instance}, "the launch spec")
+
+    def _plan_keys(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "instance"}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The plan keys `from_mapping` reads back, the instance as `instance_spec`."""
+        spec = None if self.instance is None else instance_mapping(self.instance)
+        return {**self._plan_keys(), "instance_spec": spec}
 
     @classmethod
     def from_plan(cls, plan: Plan) -> LaunchSpec:
@@ -200,12 +240,63 @@ def read_plan(path: Path) -> LaunchSpec:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """The model's time for the run as launched, or None with the one-line reason why not."""
+
+    time_s: float | None
+    restarts: int | None
+    note: str | None
+
+    @classmethod
+    def of(
+        cls, spec: LaunchSpec, *, backend: str, workload: str, timeout_s: float,
+        timeout_margin_s: float,
+    ) -> Prediction:
+        """Predict from the plan's instance, for its n, m, batch and iterations at the
+        launch's invocation limit; only when the instance was profiled for this very
+        workload on this backend, never a figure for another network or machine."""
+        from lambdadnn.solver.prediction import predict_run
+
+        instance = spec.instance
+        if instance is None:
+            return cls(None, None, "the plan carries no instance (`instance_spec`); re-solve "
+                                   "it with `lambdadnn solve X.yaml --json`")
+        if instance.fit is None:
+            return cls(None, None, f"instance {brief(instance.name, 60)} has no `fit` section, so "
+                                   "it describes no workload the launcher runs; measure one "
+                                   "with `lambdadnn profile`")
+        profiled = (instance.fit.workload, instance.fit.backend)
+        if profiled != (workload, backend):
+            return cls(None, None, f"instance {brief(instance.name, 60)} was profiled for "
+                                   f"{brief(profiled[0], 60)} on {profiled[1]}, not for "
+                                   f"{brief(workload, 60)} on {backend}, which ran; launch "
+                                   "what it was profiled for, or measure this with "
+                                   f"`lambdadnn profile --backend {backend}`")
+        try:  # after the run: a plan the model cannot time still gets its measured report
+            run = predict_run(
+                instance, functions=spec.functions, memory_mb=spec.memory_mb,
+                local_batch=spec.local_batch, iterations=spec.iterations, timeout_s=timeout_s,
+                timeout_margin_s=timeout_margin_s,
+            )
+        except InstanceError as error:
+            return cls(None, None, f"the model has no time for this run: {error}")
+        return cls(run.time_s, run.restarts, None)
+
+
+@dataclass(frozen=True)
 class LaunchReport:
     """What a launch measured beside what the model predicted; the same keys on both backends.
 
     `final_loss` and `test_accuracy` are None when the workers published no result (a dry
     run); `runs_on` says where the workers ran: their CPU cap locally, the function on AWS;
     `workload` is what they trained (the event's: a shipped name or `module:factory`).
+    `measured_time_s` runs from the first launch to the last update applied, which is what
+    the model predicts; `wall_time_s` adds the final evaluation and the shutdown.
+    `predicted_time_s` is the model's for this run (`Prediction`): None, with
+    `prediction_note` saying why, unless the plan's instance was profiled for this workload.
+    Timings (see `launcher.timings.RunTimings`) are None when no iteration was timed;
+    `throttled_share` is the share of CPU periods in which a worker's cgroup was throttled
+    (local backend only).
     """
 
     status: str
@@ -215,12 +306,24 @@ class LaunchReport:
     architecture: str
     functions: int
     memory_mb: int
+    local_batch: int
     iterations: int
     restarts: int
-    predicted_restarts: int
+    predicted_restarts: int | None
     invocations: int
     measured_time_s: float
-    predicted_time_s: float
+    wall_time_s: float
+    predicted_time_s: float | None
+    prediction_error: float | None
+    prediction_note: str | None
+    time_to_first_iteration_s: float | None
+    startup_s: tuple[float, ...]
+    restart_gap_s: tuple[float, ...]
+    iteration_median_s: float | None
+    iteration_p90_s: float | None
+    compute_s: float
+    exchange_s: float
+    throttled_share: float | None
     final_loss: float | None
     test_accuracy: float | None
     runs_on: str
@@ -228,21 +331,32 @@ class LaunchReport:
     @classmethod
     def of(
         cls, spec: LaunchSpec, *, backend: str, workload: str, iterations: int, restarts: int,
-        measured_time_s: float, result: Mapping[str, Any] | None, runs_on: str,
+        wall_time_s: float, result: Mapping[str, Any] | None, runs_on: str,
+        prediction: Prediction, timings: RunTimings, throttled_share: float | None = None,
     ) -> LaunchReport:
         """A finished run of `spec`; `result` is what the workers published (or None)."""
         def metric(key: str) -> float | None:
             value = (result or {}).get(key)
             return None if value is None else float(value)
 
+        predicted = prediction.time_s
+        measured = wall_time_s if timings.training_s is None else timings.training_s
         return cls(
             status="done", backend=backend, workload=workload, platform=spec.platform,
             architecture=spec.architecture, functions=spec.functions,
-            memory_mb=spec.memory_mb, iterations=iterations, restarts=restarts,
-            predicted_restarts=spec.restarts,
-            invocations=spec.functions * (restarts + 1), measured_time_s=measured_time_s,
-            predicted_time_s=spec.time_s, final_loss=metric("final_loss"),
-            test_accuracy=metric("test_accuracy"), runs_on=runs_on,
+            memory_mb=spec.memory_mb, local_batch=spec.local_batch, iterations=iterations,
+            restarts=restarts, predicted_restarts=prediction.restarts,
+            invocations=spec.functions * (restarts + 1), measured_time_s=measured,
+            wall_time_s=wall_time_s, predicted_time_s=predicted,
+            prediction_error=None if predicted is None else (measured - predicted) / predicted,
+            prediction_note=prediction.note,
+            time_to_first_iteration_s=timings.time_to_first_iteration_s,
+            startup_s=timings.startup_s, restart_gap_s=timings.restart_gap_s,
+            iteration_median_s=timings.iteration_median_s,
+            iteration_p90_s=timings.iteration_p90_s, compute_s=timings.compute_s,
+            exchange_s=timings.exchange_s, throttled_share=throttled_share,
+            final_loss=metric("final_loss"), test_accuracy=metric("test_accuracy"),
+            runs_on=runs_on,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -71,7 +71,8 @@ class Box:
     m_lo: int
     m_hi: int
     functions: npt.NDArray[np.int64]
-    envelope_time: Array
+    row_hi: npt.NDArray[np.int64]  # per n: the largest useful memory index within the vCPU limit
+    envelope_time: Array  # per n: the time checked against the deadline at memory[row_hi]
 
 
 def _first(mask: npt.NDArray[np.bool_]) -> int:
@@ -80,9 +81,26 @@ def _first(mask: npt.NDArray[np.bool_]) -> int:
     return int(hits[0]) if hits.size else len(mask)
 
 
+def lowest_valid_memory(values: tuple[float, ...], memory: Array, min_memory_mb: float) -> int:
+    """Index of the first size with R > 0, B_f^s > 0 and ≥ min_memory_mb (len(memory): none);
+    R and B_f^s never fall as m grows, so every larger size is valid too."""
+    return _lowest(*_per_memory(values, memory), memory, min_memory_mb)
+
+
+def _per_memory(values: tuple[float, ...], memory: Array) -> tuple[Array, Array]:
+    """R and B_f^s at every size (they do not depend on n)."""
+    per_memory = model.figures(values, 1.0, memory, ("rate", "storage_bandwidth"))
+    return per_memory["rate"], per_memory["storage_bandwidth"]
+
+
+def _lowest(rate: Array, storage: Array, memory: Array, min_memory_mb: float) -> int:
+    return _first((rate > 0) & (storage > 0) & (memory >= min_memory_mb))
+
+
 def box(
     values: tuple[float, ...], memory: Array, *, max_functions: int, min_memory_mb: float,
     deadline_s: float, noise: model.NoiseTerms | None = None,
+    vcpu_memory_mb: int | None = None,
 ) -> Box | None:
     """Integer bounds for one instance, or None when no plan within its limits is valid.
 
@@ -92,24 +110,32 @@ def box(
     never cheaper. Functions: b_l ≥ 1 and the limits from above; then, since T only falls
     as m grows, n must meet the deadline at the largest useful memory, evaluated for every n.
     When no n does, the box keeps every valid n (the solver then returns the fastest plan).
+    A vCPU limit (`vcpu_memory_mb`: n·m may not exceed it) caps row n's memory at
+    ⌊vcpu_memory_mb / n⌋ and n where that cap falls below the smallest valid size; the same
+    monotonicity puts each row's fastest plan at its own cap (`row_hi`).
     """
     compiled = program()
     with np.errstate(all="ignore"):  # a zero slope: no threshold
         thresholds = compiled.thresholds(*values)
     rate_root, storage_root, storage_cap, batch_limit = map(float, thresholds)
     params = dict(zip(compiled.parameters, values, strict=True))
-    per_memory = model.figures(values, 1.0, memory, ("rate", "storage_bandwidth"))
-    rate, storage = per_memory["rate"], per_memory["storage_bandwidth"]
-    m_lo = _first((rate > 0) & (storage > 0) & (memory >= min_memory_mb))
+    rate, storage = _per_memory(values, memory)
+    m_lo = _lowest(rate, storage, memory, min_memory_mb)
     if m_lo == len(memory):
         return None
     m_hi = max(m_lo, _first((rate == rate[-1]) & (storage == storage[-1])))
     n_valid = min(max_functions, math.floor(batch_limit))
+    if vcpu_memory_mb is not None:
+        n_valid = min(n_valid, vcpu_memory_mb // int(memory[m_lo]))
     if n_valid < 1:
         return None
     functions = np.arange(1, n_valid + 1, dtype=np.int64)
+    row_hi = np.full(n_valid, m_hi, dtype=np.int64)
+    if vcpu_memory_mb is not None:  # the last size ≤ ⌊budget / n⌋: ≥ m_lo for n ≤ n_valid
+        cap = np.searchsorted(memory, vcpu_memory_mb // functions, side="right") - 1
+        row_hi = np.minimum(row_hi, cap)
     checked = model.deadline_figure(noise)
-    envelope = model.figures(values, functions, memory[m_hi], (checked,), noise)[checked]
+    envelope = model.figures(values, functions, memory[row_hi], (checked,), noise)[checked]
     meets = envelope <= deadline_s
     deadline_met = bool(meets.any())
     if deadline_met:
@@ -117,7 +143,7 @@ def box(
     else:
         n_min, n_max = 1, n_valid
     grid_points = max_functions * len(memory)
-    box_points = (n_max - n_min + 1) * (m_hi - m_lo + 1)
+    box_points = int((row_hi[n_min - 1 : n_max] - m_lo + 1).sum())
 
     def mb(value: float) -> str:
         return f"{value:,.1f} MB" if math.isfinite(value) else "none"
@@ -128,12 +154,18 @@ def box(
     cap_at = mb(storage_cap) if alpha2 > 0 else "none (α2 = 0)"
     m_sat = params["m_sat"]
     sat_at = mb(m_sat) if alpha1 > 0 else "everywhere (α1 = 0)"
+    at = f"{memory[m_hi]:g} MB" if vcpu_memory_mb is None else "its largest memory in the limit"
     deadline_text = (
-        f"T(n, {memory[m_hi]:g} MB) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
+        f"T(n, {at}) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
         f"({int(meets.sum())} of {n_valid} values of n)"
         if deadline_met else
-        f"no n meets T_o = {deadline_s:g} s even at {memory[m_hi]:g} MB; every valid n kept "
-        "to find the fastest plan"
+        f"no n meets T_o = {deadline_s:g} s even at {at}; every valid n kept to find the "
+        "fastest plan"
+    )
+    vcpu = () if vcpu_memory_mb is None else (
+        f"n·m ≤ {vcpu_memory_mb:,} MB (the platform's max_vcpu in MB of functions): "
+        f"row n keeps m ≤ ⌊{vcpu_memory_mb:,} / n⌋ MB (down to {memory[row_hi[-1]]:g} MB at "
+        f"n = {n_valid}), and n ≤ {vcpu_memory_mb // int(memory[m_lo])} keeps one valid size",
     )
     derivations = (
         f"m ≥ {memory[m_lo]:g} MB: validity R(m) > 0 ⇔ m > {rate_at} (R = α1·m + β1 = 0 "
@@ -144,6 +176,7 @@ def box(
         "cheaper; the first grid size past both thresholds",
         f"n ≤ {n_valid}: validity b_l = b_g^max/n ≥ 1 ⇔ n ≤ {batch_limit:g} (solved for n), "
         f"and the concurrency limit {max_functions}",
+        *vcpu,
         f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all {compiled.regimes_proved} "
         f"regimes and T non-decreasing in T_train, so T(n, m) ≥ T(n, m_max); {deadline_text}",
     )
@@ -151,7 +184,7 @@ def box(
         n_min, n_max, int(memory[m_lo]), int(memory[m_hi]), deadline_met, grid_points,
         box_points, box_points, derivations,
     )
-    return Box(bounds, memory, m_lo, m_hi, functions, envelope)
+    return Box(bounds, memory, m_lo, m_hi, functions, row_hi, envelope)
 
 
 def cost_lower_bound(

@@ -48,10 +48,13 @@ class Candidates:
 
 
 def enumerate_candidates(
-    values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, m_hi: int,
+    values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, row_hi: Index,
     deadline_s: float, noise: model.NoiseTerms | None = None,
 ) -> Candidates:
     """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
+
+    Row `rows[i]` spans the memory indices `m_lo..row_hi[i]` (a vCPU limit lowers the top
+    of the rows with many functions).
 
     `time` in the result is the time checked against the deadline: the model's, or under a
     guarantee its quantile (`noise`); the cost is always the expected one.
@@ -81,7 +84,7 @@ def enumerate_candidates(
 
     n = rows.astype(np.int64)
     lo = np.full(len(n), m_lo, dtype=np.int64)
-    hi = np.full(len(n), m_hi, dtype=np.int64)
+    hi = row_hi.astype(np.int64)
     while len(n):
         leaf = hi - lo + 1 <= LEAF
         if leaf.any():

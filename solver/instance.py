@@ -7,11 +7,13 @@ traceback for bad input.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +49,9 @@ MAX_YAML_VALUES = 10_000
 MAX_YAML_DEPTH = 32
 MAX_INTEGER_CHARS = 100
 MAX_TEXT_CHARS = 100  # names appear in every table and message
+MAX_NOTE_CHARS = 300  # a fitted parameter's note: one sentence on why it is not identified
+MB_PER_VCPU = 1769  # AWS Lambda: 1,769 MB of memory buy one vCPU (the local backend copies it)
+MAX_VCPU = 1e7  # a platform's total vCPU: beyond any machine or account (Lambda's is 6e6)
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,18 @@ class Platform:
     restart_overhead_s: float
     max_concurrency: int
     architecture: str = "x86_64"  # the CPU the functions run on, and a plan deploys to
+    max_vcpu: float | None = None  # n·m/MB_PER_VCPU may not exceed it (a machine's CPUs)
+
+    @property
+    def vcpu_memory_mb(self) -> int | None:
+        """The most memory all functions together may have, ⌊max_vcpu·1769⌋ MB, or None.
+
+        n·m/1769 ≤ max_vcpu ⇔ n·m ≤ max_vcpu·1769 ⇔ n·m ≤ this (n·m is an integer), computed
+        exactly (no float rounding), so a plan exactly at the limit is allowed.
+        """
+        if self.max_vcpu is None:
+            return None
+        return math.floor(Fraction(self.max_vcpu) * MB_PER_VCPU)
 
 
 @dataclass(frozen=True)
@@ -138,6 +155,62 @@ class Limits:
     max_functions: int | None = None
 
 
+Scalar = int | float | str | None
+# A free-form record (a profiling run, the machine) as (key, value) pairs in the file's order:
+# tuples rather than dicts so that an `Instance` stays hashable (simulators memoise on it).
+Record = tuple[tuple[str, Scalar | tuple[Scalar, ...]], ...]
+
+
+def _plain(value: Scalar | tuple[Scalar, ...]) -> Scalar | list[Scalar]:
+    return list(value) if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True)
+class FitParameter:
+    """One fitted parameter: its value, standard error (None: not estimated) and whether the
+    profiling design could identify it (`note` says why not, or how it was fixed)."""
+
+    name: str
+    value: float
+    stderr: float | None
+    identified: bool
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How the profile was measured (`lambdadnn profile`): for which launcher workload, on
+    which backend, at what profiling time and cost. Never read by the solver's model; the
+    launcher predicts a run only for the workload and backend the profile was fitted on."""
+
+    workload: str
+    backend: str
+    seconds: float
+    cost_usd: float
+    parameters: tuple[FitParameter, ...] = ()
+    runs: tuple[Record, ...] = ()
+    machine: Record = ()
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The `fit:` section as plain YAML types, in the loader's schema."""
+        out: dict[str, Any] = {
+            "workload": self.workload, "backend": self.backend, "seconds": self.seconds,
+            "cost_usd": self.cost_usd,
+            "parameters": {
+                p.name: {
+                    "value": p.value, "stderr": p.stderr, "identified": p.identified,
+                    **({} if p.note is None else {"note": p.note}),
+                }
+                for p in self.parameters
+            },
+        }
+        if self.runs:
+            out["runs"] = [{key: _plain(value) for key, value in run} for run in self.runs]
+        if self.machine:
+            out["machine"] = {key: _plain(value) for key, value in self.machine}
+        return out
+
+
 @dataclass(frozen=True)
 class Instance:
     """One provisioning question: a training job, its measured profile, a platform, a deadline."""
@@ -149,6 +222,7 @@ class Instance:
     parameter_server: ParameterServer
     objective: Objective
     limits: Limits
+    fit: Fit | None = None  # how the profile was measured; no part of the model
 
     @property
     def max_functions(self) -> int:
@@ -253,19 +327,32 @@ def _integer(*, maximum: int = MAX_INTEGER, fix: str = "") -> Check:
     return check
 
 
-def _text(path: str, value: Any) -> str:
-    """A name: shown in every table and message, so one printable line of bounded length."""
-    if not isinstance(value, str) or not value.strip():
-        raise _fail(path, value, "a non-empty string")
-    if len(value) > MAX_TEXT_CHARS or not value.isprintable():
-        raise _fail(path, value, f"one line of at most {MAX_TEXT_CHARS} printable characters")
-    return value
+def _line(limit: int) -> Check:
+    """Text shown in tables and messages: one non-empty printable line of at most `limit`."""
+
+    def check(path: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _fail(path, value, "a non-empty string")
+        if len(value) > limit or not value.isprintable():
+            raise _fail(path, value, f"one line of at most {limit} printable characters")
+        return value
+
+    return check
+
+
+_text = _line(MAX_TEXT_CHARS)  # a name: shown in every table and message
 
 
 def positive_number(name: str, value: object, maximum: float) -> float:
     """An argument given in-process or on the command line (`deadline_s`, `--from`), checked
     like the file's fields: any real number type (numpy's too), finite, in (0, maximum]."""
     result: float = _number(maximum)(name, value)
+    return result
+
+
+def non_negative_number(name: str, value: object, maximum: float) -> float:
+    """As `positive_number`, 0 allowed (`timeout_margin_s`)."""
+    result: float = _number(maximum, sign="non-negative")(name, value)
     return result
 
 
@@ -373,8 +460,10 @@ def _platform(path: str, value: Any, document: str | None = None) -> Platform:
         "restart_overhead_s": _number(MAX_SECONDS, sign="non-negative"),
         "max_concurrency": _integer(maximum=MAX_CONCURRENCY),
         "architecture": _architecture,
+        "max_vcpu": _number(MAX_VCPU, fix="it is the CPUs all functions may use together"),
     }
-    raw = _section(path, value, fields, frozenset({"architecture"}), document=document)
+    optional = frozenset({"architecture", "max_vcpu"})
+    raw = _section(path, value, fields, optional, document=document)
     if raw["timeout_margin_s"] >= raw["timeout_s"]:
         raise InstanceError(
             f"`{path}.timeout_margin_s` ({raw['timeout_margin_s']:g}) must be less than "
@@ -391,6 +480,7 @@ def _platform(path: str, value: Any, document: str | None = None) -> Platform:
         restart_overhead_s=raw["restart_overhead_s"],
         max_concurrency=raw["max_concurrency"],
         architecture=raw.get("architecture", "x86_64"),
+        max_vcpu=raw.get("max_vcpu"),
     )
 
 
@@ -456,6 +546,99 @@ def _objective(path: str, value: Any) -> Objective:
 def _limits(path: str, value: Any) -> Limits:
     fields = {"max_functions": _integer(maximum=MAX_CONCURRENCY)}
     return Limits(**_section(path, value, fields, frozenset({"max_functions"})))
+
+
+BACKENDS = ("local", "aws")  # where `lambdadnn profile` measures (the launcher's backends)
+MAX_FIT_NUMBER = float(MAX_INTEGER)  # a number in `fit`: a parameter, a run's measurement
+
+
+def _backend(path: str, value: Any) -> str:
+    if value not in BACKENDS:
+        raise _fail(path, value, f"one of {', '.join(BACKENDS)}")
+    return str(value)
+
+
+def _flag(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, value, "true or false")
+    return value
+
+
+def _scalar(path: str, value: Any, *, lists: bool = False) -> Scalar:
+    """A value in a free-form record: a number (an integer stays one), a short text or null."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text: str = _text(path, value)
+        return text
+    number = _finite(value)  # None for a bool, a mapping, a list, NaN
+    if number is None or abs(number) > MAX_FIT_NUMBER:
+        top = f"{MAX_FIT_NUMBER:,.0f}"
+        others = ", null or a list of them" if lists else " or null"
+        raise _fail(path, value, f"a number from -{top} to {top}, a text{others}")
+    return int(value) if isinstance(value, numbers.Integral) else number
+
+
+def _name(path: str, key: Any) -> str:
+    """A key of a free-form mapping (a parameter, a run's measurement): a short name."""
+    if not (isinstance(key, str) and key.strip() and len(key) <= MAX_TEXT_CHARS
+            and key.isprintable()):
+        raise InstanceError(
+            f"`{_where(path, key)}` is not a valid key; use a name of at most {MAX_TEXT_CHARS} "
+            "printable characters"
+        )
+    return key
+
+
+def _record(path: str, value: Any, *, lists: bool) -> Record:
+    """A free-form mapping of short names to scalars (and, with `lists`, lists of scalars)."""
+    if not isinstance(value, Mapping):
+        raise _fail(path, value, "a mapping of names to values")
+    pairs: list[tuple[str, Scalar | tuple[Scalar, ...]]] = []
+    for key, item in value.items():
+        where = f"{path}.{_name(path, key)}"
+        if lists and isinstance(item, (list, tuple)):
+            pairs.append((key, tuple(_scalar(f"{where}[{i}]", x) for i, x in enumerate(item))))
+        else:
+            pairs.append((key, _scalar(where, item, lists=lists)))
+    return tuple(pairs)
+
+
+def _fit(path: str, value: Any) -> Fit:
+    """The `fit:` section `lambdadnn profile` writes: checked, and kept as plain frozen data."""
+
+    def parameter(where: str, name: str, raw: Any) -> FitParameter:
+        fields: dict[str, Check] = {
+            "value": _number(MAX_FIT_NUMBER, sign="any"),
+            "stderr": _number(MAX_FIT_NUMBER, sign="non-negative"),
+            "identified": _flag,
+            "note": _line(MAX_NOTE_CHARS),
+        }
+        checked = _section(where, raw, fields, frozenset({"stderr", "note"}))
+        return FitParameter(name, **{"stderr": None, **checked})
+
+    def parameters(where: str, raw: Any) -> tuple[FitParameter, ...]:
+        if not isinstance(raw, Mapping):
+            raise _fail(where, raw, "a mapping of parameter names to {value, stderr, identified}")
+        return tuple(
+            parameter(f"{where}.{_name(where, name)}", name, raw[name]) for name in raw
+        )
+
+    def runs(where: str, raw: Any) -> tuple[Record, ...]:
+        if not isinstance(raw, (list, tuple)):
+            raise _fail(where, raw, "a list of runs, each a mapping")
+        return tuple(_record(f"{where}[{i}]", run, lists=True) for i, run in enumerate(raw))
+
+    fields: dict[str, Check] = {
+        "workload": _text,
+        "backend": _backend,
+        "seconds": _number(MAX_SECONDS, sign="non-negative"),
+        "cost_usd": _number(MAX_PRICE_USD, sign="non-negative"),
+        "parameters": parameters,
+        "runs": runs,
+        "machine": lambda where, raw: _record(where, raw, lists=False),
+    }
+    return Fit(**_section(path, value, fields, frozenset({"runs", "machine"})))
 
 
 class _Loader(_SafeLoader):
@@ -621,11 +804,7 @@ def load_instance(
     if isinstance(source, Instance):
         if platform is None:
             return source
-        source_platform = _resolve_platform(platform, None)
-        return Instance(
-            source.name, source_platform, source.workload, source.profile,
-            source.parameter_server, source.objective, source.limits,
-        )
+        return dataclasses.replace(source, platform=_resolve_platform(platform, None))
     search: Path | None = None
     default_name = "instance"
     document = "not an instance"
@@ -647,8 +826,10 @@ def load_instance(
         "parameter_server": _parameter_server,
         "objective": _objective,
         "limits": _limits,
+        "fit": _fit,
     }
-    checked = _section("", raw, fields, frozenset({"name", "limits"}), document=document)
+    optional = frozenset({"name", "limits", "fit"})
+    checked = _section("", raw, fields, optional, document=document)
     chosen = platform if platform is not None else checked["platform"]
     if not isinstance(chosen, (str, Mapping)):
         raise _fail("platform", chosen, "a platform name or a mapping")
@@ -660,4 +841,41 @@ def load_instance(
         parameter_server=checked["parameter_server"],
         objective=checked["objective"],
         limits=checked.get("limits", Limits()),
+        fit=checked.get("fit"),
     )
+
+
+def _present(section: Any) -> dict[str, Any]:
+    """A section's fields by YAML key, the absent optional ones (None) left out."""
+    values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def instance_mapping(instance: Instance) -> dict[str, Any]:
+    """The inverse of `load_instance`: `instance` in the YAML schema, the platform inline, the
+    optional fields absent where the instance does not have them (model v2's terms where they
+    are 0), in plain Python types (YAML- and JSON-ready). `load_instance` of it equals it."""
+    rest = _present(instance.platform)
+    grid = rest.pop("memory")
+    memory_mb = {"min": grid.min_mb, "max": grid.max_mb, "step": grid.step_mb}
+    profile: dict[str, Any] = {
+        "rate": _present(instance.profile.rate),
+        "storage_bandwidth": _present(instance.profile.storage_bandwidth),
+    }
+    if instance.profile.latency_s:
+        profile["latency_s"] = instance.profile.latency_s
+    if instance.profile.startup != StartupProfile():
+        profile["startup"] = _present(instance.profile.startup)
+    out: dict[str, Any] = {
+        "name": instance.name,
+        "platform": {"name": rest.pop("name"), "memory_mb": memory_mb, **rest},
+        "workload": _present(instance.workload),
+        "profile": profile,
+        "parameter_server": _present(instance.parameter_server),
+        "objective": _present(instance.objective),
+    }
+    if instance.limits != Limits():
+        out["limits"] = _present(instance.limits)
+    if instance.fit is not None:
+        out["fit"] = instance.fit.to_mapping()
+    return out

@@ -25,6 +25,7 @@ from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import (
     MAX_SECONDS,
+    MB_PER_VCPU,
     Instance,
     load_instance,
     plan_size,
@@ -79,6 +80,13 @@ def _evaluation(
         violations.append(f"{functions} functions exceed the limit of {instance.max_functions}")
     if memory_mb < instance.min_memory_mb:
         violations.append(f"{memory_mb} MB is below the minimum {instance.min_memory_mb:g} MB")
+    budget = instance.platform.vcpu_memory_mb
+    if budget is not None and functions * memory_mb > budget:
+        violations.append(
+            f"{functions} × {memory_mb} MB needs {functions * memory_mb / MB_PER_VCPU:.4f} vCPU "
+            f"(m/{MB_PER_VCPU} each), more than the platform's `max_vcpu` "
+            f"{instance.platform.max_vcpu:g} (n·m ≤ {budget:,} MB)"
+        )
     grid = instance.platform.memory
     on_grid = (memory_mb - grid.min_mb) % grid.step_mb == 0
     if not (grid.min_mb <= memory_mb <= grid.max_mb and on_grid):
@@ -123,10 +131,18 @@ def _no_valid_plan(instance: Instance) -> str:
     elif best.rate <= 0:
         reason = (f"`profile.rate` gives R ≤ 0 samples/s at every memory size up to {top} MB "
                   f"(R({top} MB) = {float(best.rate):.4g}); check its slope and intercept")
-    else:
+    elif best.storage_bandwidth <= 0:
         reason = (f"`profile.storage_bandwidth` is ≤ 0 MB/s at every memory size up to {top} MB "
                   f"({float(best.storage_bandwidth):.4g} MB/s at {top} MB); check its slope "
                   "and intercept")
+    else:  # valid sizes exist, but one function of the smallest exceeds the vCPU limit
+        memory = instance.platform.memory.values()
+        values = model.parameter_values(instance.parameters())
+        smallest = memory[model_bounds.lowest_valid_memory(values, memory, instance.min_memory_mb)]
+        reason = (f"the platform's `max_vcpu` {instance.platform.max_vcpu:g} allows "
+                  f"{instance.platform.vcpu_memory_mb:,} MB of functions in all, less than one "
+                  f"function of the smallest valid memory, {smallest:g} MB; raise "
+                  "`platform.max_vcpu` or lower `workload.min_memory_mb`")
     return f"instance {instance.name!r} has no valid plan: {reason}"
 
 
@@ -214,13 +230,14 @@ def solve(
     box = model_bounds.box(
         values, memory, max_functions=loaded.max_functions,
         min_memory_mb=loaded.min_memory_mb, deadline_s=deadline, noise=planning,
+        vcpu_memory_mb=loaded.platform.vcpu_memory_mb,
     )
     if box is None:
         raise NoValidPlanError(_no_valid_plan(loaded))
     if box.bounds.deadline_met:
-        rows = box.functions[box.envelope_time <= deadline]
+        meets = box.envelope_time <= deadline
         found = enumerate_candidates(
-            values, memory, rows, box.m_lo, box.m_hi, deadline, planning
+            values, memory, box.functions[meets], box.m_lo, box.row_hi[meets], deadline, planning
         )
         n, index, t, c = found.functions, found.memory_index, found.time, found.cost
         _require_finite(loaded, "cost", c, n, memory[index])
@@ -232,12 +249,10 @@ def solve(
         status: Status = "optimal"
         evaluated = found.evaluated
     else:
-        n = box.functions
-        t = box.envelope_time
-        index = np.full(len(n), box.m_hi, dtype=np.int64)
+        n, index, t = box.functions, box.row_hi, box.envelope_time
         _require_finite(loaded, model.deadline_figure(planning), t, n, memory[index])
         c = model.figures(
-            values, n.astype(np.float64), memory[box.m_hi], ("cost",), planning
+            values, n.astype(np.float64), memory[index], ("cost",), planning
         )["cost"]
         _require_finite(loaded, "cost", c, n, memory[index])
         choices, objective = fastest_choices(t, c, n, index)
@@ -279,6 +294,7 @@ def solve(
         selected_by=selection.selected_by,
         solver_status=selection.solver_status,
         solve_seconds=time.perf_counter() - started,
+        solved_from=loaded,
     )
 
 

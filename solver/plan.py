@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from lambdadnn.models.bounds import Bounds
+from lambdadnn.solver.instance import Instance, instance_mapping
 
 Status = Literal["optimal", "infeasible"]
 SelectedBy = Literal["enumeration", "highs"]
@@ -81,7 +82,8 @@ class Plan(PlanFigures):
     left to choose among after MODEL.md's tie rule; `selected_by` says who chose: the exact
     enumeration when one was left, else HiGHS, whose termination status for the selection
     model is `solver_status` (`not_run` when it was not needed; linopy-style, the two
-    statuses are never conflated).
+    statuses are never conflated). `solved_from` is the instance solved (its platform and
+    deadline as given to `solve`), kept by reference and written out only by `to_dict()`.
     """
 
     status: Status
@@ -94,10 +96,19 @@ class Plan(PlanFigures):
     selected_by: SelectedBy
     solver_status: str
     solve_seconds: float
+    solved_from: Instance = field(compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping: `status` first, every field, the bounds and `margin_s`."""
-        out = {"status": self.status, **asdict(self)}
+        """A JSON-ready mapping: `status` first, every field, the bounds, `margin_s` and the
+        instance solved as `instance_spec` (`instance_mapping`: the platform inline), so that
+        a plan's JSON is all a launcher needs to predict the run."""
+        out: dict[str, Any] = {"status": self.status}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name != "solved_from":
+                nested = is_dataclass(value) and not isinstance(value, type)
+                out[item.name] = asdict(value) if nested else value
         out["bounds"] = self.bounds.to_dict()
         out["margin_s"] = self.margin_s
+        out["instance_spec"] = instance_mapping(self.solved_from)
         return out

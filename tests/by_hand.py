@@ -55,6 +55,7 @@ def problem_of(instance: Instance) -> Problem:
         max_functions=instance.max_functions, min_memory_mb=instance.min_memory_mb,
         latency_s=instance.profile.latency_s, startup_base_s=instance.profile.startup.base_s,
         startup_per_function_s=instance.profile.startup.per_function_s,
+        max_vcpu=instance.platform.max_vcpu,
     )
 
 

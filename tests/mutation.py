@@ -67,6 +67,10 @@ EXACT = "tests/test_exact_deadline.py"
 GUARANTEE = "tests/test_guarantee.py"
 COMPARE = "tests/test_compare.py"
 ENGINE = "tests/test_engine.py"
+VCPU = "tests/test_vcpu_limit.py"
+PREDICTION = "tests/test_prediction.py"
+TIMINGS = "tests/test_timings.py"
+FIT = "tests/test_fit.py"
 
 EQUATIONS = "models/equations.py"
 NOISE = "models/noise.py"
@@ -230,6 +234,41 @@ MUTANTS: tuple[Mutant, ...] = (
            "+ invocations * self.price_request",
            "+ self.n * self.price_request",
            (ENGINE,), "requests billed once per function, not per invocation"),
+    # --- the vCPU limit, the run prediction (solver/) --------------------------------------
+    Mutant("vcpu-row-cap-ignored", "models/bounds.py",
+           "row_hi = np.minimum(row_hi, cap)",
+           "row_hi = np.maximum(row_hi, cap)",
+           (VCPU,), "the bounds let every row n reach the grid's top, past the vCPU limit"),
+    Mutant("vcpu-budget-off-by-one", "solver/instance.py",
+           "return math.floor(Fraction(self.max_vcpu) * MB_PER_VCPU)",
+           "return math.floor(Fraction(self.max_vcpu) * MB_PER_VCPU) - 1",
+           (VCPU,), "a plan exactly at max_vcpu is refused"),
+    Mutant("vcpu-violation-missed", "solver/pipeline.py",
+           "if budget is not None and functions * memory_mb > budget:",
+           "if budget is not None and functions * memory_mb > budget + 1769:",
+           (VCPU,), "evaluate lets a plan one vCPU over the limit pass as feasible"),
+    Mutant("prediction-platform-limit", "solver/prediction.py",
+           '"L": timeout - margin,',
+           '"L": platform.timeout_s - platform.timeout_margin_s,',
+           (PREDICTION,), "a run's prediction ignores the launch's shorter invocation limit"),
+    # --- what a launch measures, and the fit (launcher/) ------------------------------------
+    Mutant("timings-period-slowest", "launcher/timings.py",
+           "period = np.array([min(c + x for c, x in ranks)",
+           "period = np.array([max(c + x for c, x in ranks)",
+           (TIMINGS,), "an iteration lasts its slowest rank's compute + exchange, which "
+                       "counts the first round's start-up skew twice"),
+    Mutant("timings-startup-first-rank", "launcher/timings.py",
+           "latest[round_] = max(latest.get(round_, -np.inf), float(moment))",
+           "latest[round_] = min(latest.get(round_, np.inf), float(moment))",
+           (TIMINGS,), "a round starts when its first rank starts, not its last"),
+    Mutant("fit-unscaled-covariance", "launcher/fit.py",
+           "scale = np.where(norms > 0, 1 / np.where(norms > 0, norms, 1.0), 0.0)",
+           "scale = np.ones_like(norms)",
+           (FIT,), "standard errors from the unscaled JᵀJ: the small directions are dropped"),
+    Mutant("fit-absolute-residuals", "launcher/fit.py",
+           "return np.asarray((predicted(p) - tau) / tau, dtype=np.float64)",
+           "return np.asarray(predicted(p) - tau, dtype=np.float64)",
+           (FIT,), "absolute residuals: the slow trials at small memory dominate the fit"),
 )
 
 # Mutants the issue asks for whose code does not exist yet.

@@ -6,10 +6,11 @@ module reads the instance itself (a YAML path or a plain mapping, with `yaml.saf
 platform given by name is read from `platforms/NAME.yaml` or `NAME.yaml` beside the instance,
 else from the repository's `instances/platforms/`), works out the limits itself (n up to the
 least of `platform.max_concurrency` and `limits.max_functions`, m from the larger of the
-grid's minimum and `workload.min_memory_mb`), re-types MODEL.md's equations by hand with plain
-numpy and scans the *whole* grid. It imports nothing from `lambdadnn` (tests/test_oracle.py
-checks), so a wrong loader, a limit ignored, a wrong derivation, a wrong lambdification or an
-unsound bound all show up as a disagreement.
+grid's minimum and `workload.min_memory_mb`, n·m/1769 vCPU within `platform.max_vcpu`),
+re-types MODEL.md's equations by hand with plain numpy and scans the *whole* grid. It
+imports nothing from `lambdadnn` (tests/test_oracle.py checks), so a wrong loader, a limit
+ignored, a wrong derivation, a wrong lambdification or an unsound bound all show up as a
+disagreement.
 
 Input is trusted: callers hand it instances the loader accepts (the loader's own tests judge
 refusals).
@@ -18,7 +19,7 @@ Conventions (straight from docs/MODEL.md, "Equations" and "What counts as a plan
 
 * `k` is real (never rounded); restarts `r = max(0, ceil(T_train / L) - 1)` are whole numbers.
 * validity is `R > 0`, `B_f^s > 0` and `b_l >= 1`; feasibility adds `T <= T_o`,
-  `n <= max_functions` and `m >= min_memory_mb`.
+  `n <= max_functions`, `m >= min_memory_mb` and `n * m / 1769 <= max_vcpu` (exactly).
 * all comparisons are exact float comparisons: a plan whose time equals the deadline is
   feasible. Plans within one rounding error of a threshold (deadline, a multiple of `L`)
   may legitimately be classified differently by an implementation that orders its float
@@ -31,6 +32,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
@@ -87,6 +89,18 @@ class Problem:
     latency_s: float = 0.0  # profile.latency_s, paid by every push and every pull
     startup_base_s: float = 0.0  # profile.startup.base_s, per invocation round
     startup_per_function_s: float = 0.0  # profile.startup.per_function_s, per round and function
+    # platform.max_vcpu: every function gets m / 1,769 vCPU (as on Lambda), and together they
+    # may use at most this many (None: no limit). Exact: see `vcpu_budget_mb`.
+    max_vcpu: float | None = None
+
+    def vcpu_budget_mb(self) -> int | None:
+        """The largest whole n·m with n·m / 1769 ≤ max_vcpu, in exact rational arithmetic
+        (n·m is an integer, so n·m ≤ max_vcpu·1769 ⇔ n·m ≤ its floor): a plan exactly at
+        the limit is allowed, and float rounding decides nothing."""
+        if self.max_vcpu is None:
+            return None
+        exact = Fraction(self.max_vcpu) * 1769
+        return exact.numerator // exact.denominator
 
     def memory(self) -> FloatArray:
         """The platform's memory grid min, min + step, ..., max."""
@@ -156,6 +170,7 @@ def read(
         latency_s=float(raw["profile"].get("latency_s") or 0.0),
         startup_base_s=float(startup.get("base_s", 0.0)),
         startup_per_function_s=float(startup.get("per_function_s", 0.0)),
+        max_vcpu=None if pf.get("max_vcpu") is None else float(pf["max_vcpu"]),
     )
 
 
@@ -210,6 +225,9 @@ def _evaluate(p: Problem, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]
         cost = np.where(valid, cost, np.nan)
         restarts = np.where(valid, restarts, np.nan)
         within_limits = (n <= p.max_functions) & (m >= p.min_memory_mb)
+        budget = p.vcpu_budget_mb()
+        if budget is not None:  # n and m are whole numbers below 2**53: n * m is exact
+            within_limits = within_limits & (n * m <= budget)
         feasible = valid & within_limits & (time <= p.deadline_s)
 
     return {

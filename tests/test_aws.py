@@ -472,8 +472,12 @@ def test_run_aws_deploys_invokes_follows_and_cleans_up(client: Any, target: AwsT
     assert report.status == "done" and report.backend == "aws"
     assert report.iterations == 587
     assert report.restarts == 0
-    assert report.predicted_time_s == 321.0
-    assert report.measured_time_s == 15.0  # three polls of 5 s before `done`
+    # The plan carries no instance: no figure for a network the model was not fitted to.
+    assert report.predicted_time_s is None and report.prediction_error is None
+    assert report.prediction_note is not None and "`instance_spec`" in report.prediction_note
+    # No worker recorded timings (invocations are never executed): the wall time stands in.
+    assert report.measured_time_s == report.wall_time_s == 15.0  # three polls of 5 s
+    assert report.time_to_first_iteration_s is None and report.iteration_median_s is None
     assert report.test_accuracy == 0.95 and report.final_loss == 0.1
     invokes = [json.loads(c.params["Payload"]) for c in recorded.calls if c.operation == "Invoke"]
     assert sorted(event["rank"] for event in invokes) == [0, 1, 2]
@@ -497,11 +501,29 @@ def test_run_aws_reinvokes_every_rank_after_a_timed_out_round(
         restarts.append(clock.now)
         return len(restarts)
 
+    launched: list[float] = []
+
+    def wall_clock() -> float:
+        launched.append(clock.now)
+        return clock.now
+
+    def timings() -> list[dict[str, Any]]:
+        """Each rank's first iteration 2 s + rank after its round's launch; round 0 ends at
+        its margin (870 s), round 1 after 300 s; one iteration of 10 s each."""
+        return [{"round": r, "rank": rank, "first_iteration": 0, "first_at": at + 2 + rank,
+                 "ended_at": at + (870 if r == 0 else 300), "compute_s": [6.0],
+                 "exchange_s": [4.0]} for r, at in enumerate(launched) for rank in range(3)]
+
     report = run_aws(
         PLAN, recorded, target, redis_url=REDIS_URL, job="job-restart",
-        channel_progress=job.progress, channel_result=lambda: None,
-        record_restart=record_restart, sleep=clock.sleep, clock=clock,
+        channel_progress=job.progress, channel_result=lambda: None, channel_timings=timings,
+        record_restart=record_restart, sleep=clock.sleep, clock=clock, wall_clock=wall_clock,
     )
+    assert len(launched) == 2 and launched[1] == restarts[0]  # each round's invocation time
+    assert report.startup_s == (4.0, 4.0) and report.time_to_first_iteration_s == 4.0
+    assert report.restart_gap_s == (launched[1] - launched[0] - 870,)
+    assert report.measured_time_s == launched[1] + 300 - launched[0]
+    assert report.iteration_median_s == 10.0 and report.compute_s == 6.0
     assert report.restarts == len(restarts) == 1
     assert report.invocations == 6
     assert report.iterations == 120

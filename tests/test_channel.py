@@ -146,3 +146,23 @@ def test_progress_restarts_result_and_cleanup(client: redis.Redis) -> None:
     assert channel.progress()["done"] and channel.progress()["restarts"] == 1
     assert channel.cleanup() >= 4
     assert not list(client.scan_iter(match=f"lambdadnn:{channel.job}:*"))
+
+
+def test_timings_are_kept_per_round_and_rank_and_cleaned_up(client: redis.Redis) -> None:
+    """A worker's round is the relaunches so far; each invocation's record comes back with
+    its round and rank, a rank's record of one round never overwrites another round's."""
+    (channel,) = _channels(client, 1)
+    assert channel.round() == 0 and channel.timings() == []
+    first = {"first_iteration": 0, "first_at": 1.5, "ended_at": 9.0, "compute_s": [0.25],
+             "exchange_s": [0.125]}
+    channel.record_timings(0, channel.round(), first)
+    channel.record_restart()
+    assert channel.round() == 1
+    channel.record_timings(0, channel.round(), {**first, "first_iteration": 1})
+    channel.record_timings(1, 0, {**first, "first_at": None})
+    records = sorted(channel.timings(), key=lambda r: (r["round"], r["rank"]))
+    assert records == [{**first, "round": 0, "rank": 0},
+                       {**first, "first_at": None, "round": 0, "rank": 1},
+                       {**first, "first_iteration": 1, "round": 1, "rank": 0}]
+    channel.cleanup()
+    assert channel.timings() == []

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 import lambdadnn.launcher.aws
 from lambdadnn import solve
 from lambdadnn.cli import main
-from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction
+from lambdadnn.launcher.timings import summarise
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 
@@ -40,7 +41,10 @@ def test_local_launch_reports_in_json(plan_file: Path, redis_url: str) -> None:
     assert report.keys() == {field for field in LaunchReport.__dataclass_fields__}
     assert report["status"] == "done" and report["iterations"] == 120
     assert report["backend"] == "local" and report["architecture"] == "x86_64"
-    assert report["predicted_time_s"] == json.loads(plan_file.read_text())["time_s"]
+    # The plan's instance (1dcnn-imdb) describes no workload the launcher runs: no figure.
+    assert report["predicted_time_s"] is None and report["prediction_error"] is None
+    assert "has no `fit` section" in report["prediction_note"]
+    assert report["time_to_first_iteration_s"] > 0
     assert report["test_accuracy"] > 0.8 and report["workload"] == "digits-cnn"
 
 
@@ -79,10 +83,14 @@ def test_aws_backend_is_wired_to_the_channel(
     ) -> LaunchReport:
         seen.update(kwargs, target=target, spec=spec)
         progress = kwargs["channel_progress"]()
-        return LaunchReport.of(spec, backend="aws", workload=kwargs["worker_settings"]["workload"],
-                               iterations=progress["iteration"], restarts=0, measured_time_s=1.0,
+        workload = kwargs["worker_settings"]["workload"]
+        return LaunchReport.of(spec, backend="aws", workload=workload,
+                               iterations=progress["iteration"], restarts=0, wall_time_s=1.0,
                                result={"final_loss": 0.1, "test_accuracy": 0.95},
-                               runs_on="a fake")
+                               runs_on="a fake",
+                               prediction=Prediction.of(spec, backend="aws", workload=workload,
+                                                        timeout_s=900, timeout_margin_s=30),
+                               timings=summarise(kwargs["channel_timings"](), [0.0]))
 
     monkeypatch.setattr(lambdadnn.launcher.aws, "run_aws", fake_run_aws)
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
@@ -91,6 +99,7 @@ def test_aws_backend_is_wired_to_the_channel(
     assert code == 0, err
     assert seen["redis_url"] == redis_url and seen["target"].role_arn == ROLE
     assert callable(seen["channel_result"]) and callable(seen["record_restart"])
+    assert callable(seen["channel_timings"])
     assert seen["spec"].functions == 2 and seen["spec"].iterations == 120
     assert json.loads(out)["status"] == "done" and json.loads(out)["workload"] == "digits-mlp"
 

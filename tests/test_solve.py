@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from lambdadnn import (
     InstanceError,
-    NoValidPlanError,
     Plan,
     evaluate,
     load_instance,
     solve,
 )
-from tests.oracle import around_deadline, brute_force, grid, read
+from tests.agreement import assert_solves_as_brute_force
+from tests.oracle import brute_force, grid, read
 from tests.strategies import instance_mappings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,19 +69,7 @@ def test_solve_is_optimal_against_brute_force(mapping: dict[str, Any]) -> None:
     A plan within rounding of the deadline may be judged either side of it
     (`around_deadline`); otherwise the answer must be the oracle's exactly.
     """
-    answers = around_deadline(mapping)
-    if answers[0].status == "none":
-        with pytest.raises(NoValidPlanError):
-            solve(mapping)
-        return
-    plan = solve(mapping)
-    got = (plan.status, plan.functions, plan.memory_mb)
-    # Exact unless a plan lies within rounding of the deadline (one drawn at a plan's time).
-    same = [answer for answer in answers if (answer.status, answer.functions, answer.memory_mb)
-            == got]
-    assert same, (got, answers)
-    assert plan.cost_usd == pytest.approx(same[0].cost_usd, rel=1e-9)
-    assert plan.time_s == pytest.approx(same[0].time_s, rel=1e-9)
+    assert_solves_as_brute_force(mapping)
 
 
 @settings(max_examples=60)

@@ -1,0 +1,349 @@
+"""`lambdadnn profile`: designed trial runs of a workload, the model fitted to them, an instance.
+
+The design (see `design`) varies one thing at a time around a pilot run: memory at n = 1 (the
+rate R(m)), the batch at n = 1 (per-sample against per-iteration cost), n at a fixed memory
+and at a fixed total vCPU (the exchange), and one run with restarts at a short invocation
+limit (the overhead between rounds); every trial's start-up feeds the start-up fit. The
+trials run through the launcher exactly as a plan does, so the fitted instance predicts what
+a launch measures.
+The trials are sized to fit the budget; trials that would overrun it are left out, and the
+fit says what the rest could not identify.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform as machine_platform
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lambdadnn.launcher.fit import FittedModel, Trial, fit_trials
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, default_margin, limit_for
+from lambdadnn.solver.instance import (
+    MAX_RATE,
+    MB_PER_VCPU,
+    Instance,
+    instance_mapping,
+    load_instance,
+)
+from lambdadnn.solver.prediction import predict_run
+
+__all__ = ["Capacity", "Runner", "TrialPlan", "design", "instance_name", "profile_workload",
+           "workload_sizes"]
+
+# The invocation limit of the trials and of the profiled platform (run_local's default: Lambda's).
+INVOCATION_S = 900.0
+_PILOT_ITERATIONS = 200
+_MIN_ITERATIONS, _MAX_ITERATIONS = 20, 20_000
+_LARGE_MBPS = 1e6  # "no S3": data arrives with the workload, so loading costs nothing here
+_RESTART_ROUNDS = 3  # rounds of the restart trial: two gaps to measure
+# Seconds of training per trial at most. Long, because this machine's speed drifts by ±25%
+# from one few-second window to the next (the same torch loop, alone, took 3.3–5.7 ms per
+# iteration over a minute): a trial must average over several windows.
+_MAX_TRAIN_S = 12.0
+
+# Runs one trial (a spec, at an invocation limit) and reports what the launch measured.
+Runner = Callable[[LaunchSpec, float], LaunchReport]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the backend holds and charges: the platform the fitted instance will plan for."""
+
+    name: str
+    backend: str
+    max_vcpu: float | None  # all functions together (None: no limit, as on Lambda)
+    max_memory_mb: int
+    max_functions: int
+    architecture: str
+    price_per_gb_second: float
+    price_per_request: float
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One designed trial: what to run, at which invocation limit, and why."""
+
+    functions: int
+    memory_mb: int
+    local_batch: int
+    iterations: int
+    timeout_s: float
+    purpose: str
+
+
+def _iteration_guess(pilot: Trial, functions: int, memory_mb: int, batch: int) -> float:
+    """Seconds per iteration from the pilot, assuming it all scales with batch and CPU."""
+    share = min(pilot.memory_mb, MB_PER_VCPU) / min(memory_mb, MB_PER_VCPU)
+    return pilot.iteration_mean_s * share * max(1.0, batch / pilot.local_batch) * (
+        1 + 0.1 * (functions - 1))
+
+
+def _restart_limit(training_s: float) -> float:
+    """An invocation limit for rounds of 1/2.2 of the training each: the model counts 3
+    rounds, and so does the run while the start-up inside an invocation (connecting, the
+    first pull, waiting for the last rank) stays under ~12% of the training."""
+    return limit_for(training_s / 2.2)
+
+
+def _startup_guess(pilot_s: float, functions: int) -> float:
+    """Seconds a trial of `functions` spends outside training, from the pilot's start-up: it
+    grows with n (processes start one after another and share the CPUs), plus a second
+    for the end of the run."""
+    return pilot_s * (0.6 + 0.4 * functions) + 1.0
+
+
+def _top_memory(capacity: Capacity) -> int:
+    """The pilot's memory: one full vCPU (a single-threaded worker saturates there)."""
+    cap = capacity.max_memory_mb
+    if capacity.max_vcpu is not None:
+        cap = min(cap, math.floor(capacity.max_vcpu * MB_PER_VCPU))
+    return max(128, min(MB_PER_VCPU, cap))
+
+
+def design(
+    capacity: Capacity, pilot: Trial, *, batch: int, budget_s: float, spent_s: float,
+) -> list[TrialPlan]:
+    """The trials after the pilot, in order of what they add to the fit, sized for the budget.
+
+    Each trains for about the same seconds (so the short ones are not all start-up), and a
+    trial is left out when the budget's estimate would be overrun. What the budget leaves
+    after one pass buys a second pass (the pilot's point included, the restart trial not):
+    a trial that a burst of load on the machine slowed then weighs half as much.
+    """
+    top = _top_memory(capacity)
+    total_mb = top if capacity.max_vcpu is None else math.floor(capacity.max_vcpu * MB_PER_VCPU)
+
+    def each(functions: int) -> int:
+        """Memory per function for `functions` sharing the total vCPU (at most one each)."""
+        return min(top, total_mb // functions)
+
+    low = top // 4  # the smallest memory measured: the profiled grid starts there
+    wide = batch * 4
+    spreads: list[tuple[int, int, int, str]] = [
+        (1, top // 2, batch, "R(m)"), (2, each(2), batch, "exchange against n"),
+        (1, low, batch, "R(m)"), (2, low, batch, "exchange against n at a fixed memory"),
+        (4, min(each(4), low), batch, "exchange against n"),
+        (1, top, wide, "per-sample against per-iteration cost"),
+        (2, each(2), batch, "restart overhead"),
+        (1, top * 3 // 4, batch, "R(m)"), (1, top // 3, batch, "R(m)"),
+        (1, top // 2, wide, "per-sample against per-iteration cost"),
+        (1, low, wide, "per-sample against per-iteration cost"),
+    ]
+    replicates = [(1, top, batch, "R(m)")] + [s for s in spreads if s[3] != "restart overhead"]
+    startup = sum(pilot.startup_s) / len(pilot.startup_s)
+    left = budget_s - spent_s
+    trials = spreads + replicates
+    startups = sum(_startup_guess(startup, functions) for functions, *_ in trials)
+    train_s = min(_MAX_TRAIN_S, max(1.0, (left - startups) / len(trials)))
+    plans: list[TrialPlan] = []
+    for functions, memory, size, purpose in trials:
+        if functions > capacity.max_functions or memory < 128:
+            continue
+        guess = _iteration_guess(pilot, functions, memory, size)
+        restarts = purpose == "restart overhead"
+        seconds = train_s * (_RESTART_ROUNDS if restarts else 1)
+        iterations = int(min(_MAX_ITERATIONS, max(_MIN_ITERATIONS, seconds / guess)))
+        rounds = _RESTART_ROUNDS if restarts else 1
+        cost = rounds * _startup_guess(startup, functions) + iterations * guess
+        if cost > left:
+            continue
+        timeout = _restart_limit(iterations * guess) if restarts else INVOCATION_S
+        plans.append(TrialPlan(functions, memory, size, iterations, timeout, purpose))
+        left -= cost
+    return plans
+
+
+def _spec(plan: TrialPlan | tuple[int, int, int, int], capacity: Capacity) -> LaunchSpec:
+    if isinstance(plan, TrialPlan):
+        plan = (plan.functions, plan.memory_mb, plan.local_batch, plan.iterations)
+    functions, memory, batch, iterations = plan
+    return LaunchSpec(functions=functions, memory_mb=memory, local_batch=batch,
+                      iterations=iterations, time_s=1.0, restarts=0, platform=capacity.name,
+                      architecture=capacity.architecture)
+
+
+def _instance_mapping(
+    *, name: str, workload: str, capacity: Capacity, fitted: FittedModel,
+    sizes: Mapping[str, float], settings: Mapping[str, float], lowest_mb: int,
+) -> dict[str, Any]:
+    """The instance the fit describes, without its `fit` section. Its memory grid starts at
+    the smallest memory a trial ran at (`lowest_mb`): R(m) is measured there, not
+    extrapolated below; and R saturates at one vCPU, since the worker trains on one thread."""
+    value = {key: estimate.value for key, estimate in fitted.estimates.items()}
+    platform: dict[str, Any] = {
+        "name": capacity.name, "architecture": capacity.architecture,
+        "memory_mb": {"min": lowest_mb, "max": capacity.max_memory_mb, "step": 1},
+        "price_per_gb_second": capacity.price_per_gb_second,
+        "price_per_request": capacity.price_per_request,
+        "timeout_s": INVOCATION_S, "timeout_margin_s": default_margin(INVOCATION_S),
+        "restart_overhead_s": value["platform.restart_overhead_s"],
+        "max_concurrency": capacity.max_functions,
+    }
+    if capacity.max_vcpu is not None:
+        platform["max_vcpu"] = capacity.max_vcpu
+    return {
+        "name": name,
+        "platform": platform,
+        "workload": {
+            "model_size_mb": sizes["model_size_mb"], "dataset_size_mb": sizes["dataset_size_mb"],
+            "samples": int(sizes["samples"]), "epochs": int(settings["epochs"]),
+            "local_batch": int(settings["local_batch"]),
+            "max_global_batch": int(settings["max_global_batch"]),
+        },
+        "profile": {
+            "rate": {"slope": value["profile.rate.slope"],
+                     "intercept": value["profile.rate.intercept"],
+                     "saturates_at_mb": _top_memory(capacity)},
+            "storage_bandwidth": {"slope": 0.0, "intercept": _LARGE_MBPS,
+                                  "max_mbps": _LARGE_MBPS},
+            "latency_s": value["profile.latency_s"],
+            "startup": {"base_s": value["profile.startup.base_s"],
+                        "per_function_s": value["profile.startup.per_function_s"]},
+        },
+        "parameter_server": {
+            "bandwidth_mbps": value["parameter_server.bandwidth_mbps"],
+            "function_bandwidth_mbps": value["parameter_server.function_bandwidth_mbps"],
+            "price_per_hour": 0.0,
+        },
+        "objective": {"deadline_s": float(settings["deadline_s"])},
+    }
+
+
+def _not_measured(capacity: Capacity) -> dict[str, tuple[float, str]]:
+    """Parameters set, not fitted: the value written, and why."""
+    return {
+        "profile.rate.saturates_at_mb": (float(_top_memory(capacity)), (
+            "set, not measured: the worker trains on one thread (torch.set_num_threads(1)), so "
+            "a function uses at most one vCPU, 1,769 MB; the trials stop there")),
+        "profile.storage_bandwidth.max_mbps": (_LARGE_MBPS, (
+            "not identified: the workers read no training data from storage (no S3 here); "
+            "the data comes with the workload, inside start-up, so loading costs nothing")),
+        "parameter_server.price_per_hour": (0.0, (
+            "not measured: the channel is a Redis the user runs; its price is not the "
+            "profile's")),
+    }
+
+
+def workload_sizes(reference: str, seed: int) -> dict[str, float]:
+    """The model size (gradient MB, float32), training set size (MB) and samples of a workload."""
+    import torch
+
+    from lambdadnn.launcher.workloads import length, load_workload, sample
+
+    workload = load_workload(reference, seed)
+    parameters = sum(p.numel() for p in workload.model.parameters() if p.requires_grad)
+    samples = length(workload.train)
+    x, y = sample(workload.train, torch.arange(1))
+    per_sample = x.element_size() * x.numel() + y.element_size() * y.numel()
+    return {"model_size_mb": parameters * 4 / 1e6,
+            "dataset_size_mb": max(per_sample * samples / 1e6, 1e-6), "samples": samples}
+
+
+def _machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    return {"node": machine_platform.node()[:60], "machine": machine_platform.machine(),
+            "cpus": os.cpu_count() or 1, "python": machine_platform.python_version(),
+            **{f"load_average_{span}": round(x, 2) for span, x in zip(("1m", "5m", "15m"), load,
+                                                                     strict=True)}}
+
+
+def instance_name(workload: str, backend: str) -> str:
+    """A name for the profiled instance: the workload's, made file-safe, and the backend."""
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', workload).strip('-')[:60]}-{backend}"
+
+
+def profile_workload(
+    workload: str, capacity: Capacity, run: Runner, *, budget_s: float = 300.0,
+    seed: int = 0, local_batch: int = 64, epochs: int = 100, max_global_batch: int = 1024,
+    deadline_s: float = 60.0, progress: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Any]:
+    """Profile `workload` on the backend that `run` launches on; the instance YAML's mapping.
+
+    `run(spec, timeout_s)` launches one trial. The result loads with `load_instance`: the
+    fitted `profile`, the backend's `platform`, the workload's sizes and the given
+    `epochs`, `local_batch`, `max_global_batch` and `deadline_s`, and a `fit` section with
+    every parameter's estimate, standard error and identification, every trial with its
+    measured and predicted time, the profiling seconds and its cost in USD.
+    """
+    started = time.monotonic()
+    sizes = workload_sizes(workload, seed)
+    if progress is not None:
+        progress(0, 1, "pilot")
+    pilot_plan = (1, _top_memory(capacity), local_batch, _PILOT_ITERATIONS)
+    reports = [run(_spec(pilot_plan, capacity), INVOCATION_S)]
+    pilot = Trial.of(reports[0])
+    plans = design(capacity, pilot, batch=local_batch, budget_s=budget_s,
+                   spent_s=time.monotonic() - started)
+    timeouts = [INVOCATION_S]
+    for done, plan in enumerate(plans, start=1):
+        if progress is not None:
+            progress(done, len(plans) + 1, f"{plan.functions} × {plan.memory_mb} MB")
+        timeout = plan.timeout_s
+        if plan.purpose == "restart overhead":  # the same run measured without restarts
+            same = [Trial.of(r) for r in reports if (r.functions, r.memory_mb, r.local_batch)
+                    == (plan.functions, plan.memory_mb, plan.local_batch)]
+            if same:
+                timeout = _restart_limit(plan.iterations * same[-1].iteration_mean_s)
+        reports.append(run(_spec(plan, capacity), timeout))
+        timeouts.append(timeout)
+    if progress is not None:
+        progress(len(plans) + 1, len(plans) + 1, "fit")
+    trials = [Trial.of(report) for report in reports]
+    bounds = {
+        "profile.rate.slope": (0.0, MAX_RATE), "profile.rate.intercept": (-MAX_RATE, MAX_RATE),
+        "parameter_server.bandwidth_mbps": (1e-9, MAX_RATE), "profile.latency_s": (0.0, 1.0),
+    }
+    fitted = fit_trials(trials, model_size_mb=sizes["model_size_mb"],
+                        reference_batch=local_batch, bounds=bounds)
+    settings = {"epochs": epochs, "local_batch": local_batch,
+                "max_global_batch": max_global_batch, "deadline_s": deadline_s}
+    mapping = _instance_mapping(name=instance_name(workload, capacity.backend),
+                                workload=workload, capacity=capacity, fitted=fitted,
+                                sizes=sizes, settings=settings,
+                                lowest_mb=min(t.memory_mb for t in trials))
+    instance = load_instance(mapping)
+    seconds = time.monotonic() - started
+    mapping["fit"] = {
+        "workload": workload, "backend": capacity.backend, "seconds": round(seconds, 2),
+        "cost_usd": _cost(reports, capacity), "machine": _machine(),
+        "parameters": {
+            **{name: estimate.to_dict() for name, estimate in fitted.estimates.items()},
+            **{name: {"value": value, "stderr": None, "identified": False, "note": note}
+               for name, (value, note) in _not_measured(capacity).items()},
+            **{name: estimate.to_dict() for name, estimate in fitted.batch_split.items()},
+        },
+        "runs": [_run_entry(instance, trial, timeout, residual)
+                 for trial, timeout, residual in zip(trials, timeouts,
+                                                     fitted.iteration_residuals, strict=True)],
+    }
+    return instance_mapping(load_instance(mapping))
+
+
+def _run_entry(
+    instance: Instance, trial: Trial, timeout_s: float, residual: float | None
+) -> dict[str, Any]:
+    """A trial as the `fit` section lists it: what ran, what it measured, what the fitted
+    model predicts for it, and the relative miss."""
+    predicted = predict_run(
+        instance, functions=trial.functions, memory_mb=trial.memory_mb,
+        local_batch=trial.local_batch, iterations=trial.iterations, timeout_s=timeout_s,
+        timeout_margin_s=default_margin(timeout_s),
+    ).time_s
+    return {**trial.to_dict(), "timeout_s": round(timeout_s, 3),
+            "predicted_time_s": round(predicted, 4),
+            "error": round((trial.measured_time_s - predicted) / predicted, 4),
+            "iteration_residual": None if residual is None else round(residual, 4)}
+
+
+def _cost(reports: list[LaunchReport], capacity: Capacity) -> float:
+    """What the trials' functions were billed: nothing locally, Lambda's prices on AWS."""
+    if capacity.backend == "local":
+        return 0.0
+    return round(sum(
+        r.wall_time_s * r.functions * r.memory_mb / 1024 * capacity.price_per_gb_second
+        + r.invocations * capacity.price_per_request for r in reports), 6)

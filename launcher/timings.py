@@ -1,0 +1,103 @@
+"""What a run's invocations measured, summed up: start-up per round, iteration times, the split.
+
+Every invocation records, in the channel, when its first iteration began and how long each of
+its iterations spent computing and exchanging (`launcher.worker`); the launcher knows when it
+launched each round. Both backends summarise them here, so their reports mean the same thing
+and `lambdadnn profile` fits the model to exactly the figures a launch reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RunTimings", "summarise"]
+
+
+@dataclass(frozen=True)
+class RunTimings:
+    """A run's timings. Per iteration, the compute is the slowest rank's (BSP waits for it)
+    and the exchange is the rest of the iteration: the shortest compute + exchange of any
+    rank, since a rank that started early also waited, in its first exchange, for the others'
+    start-up, which `startup_s` counts already.
+
+    `startup_s` holds one entry per round that trained: from the round's launch to the
+    moment its last rank began its first iteration (process start, imports, workload, first
+    pull); `restart_gap_s` one per relaunch: from the end of a round's last update to the
+    next round's launch (checkpoint, exit, restore). `training_s` runs from the first launch
+    to the last update: the time the model predicts, without the final evaluation. Sums are
+    over the iterations timed; None where nothing was timed.
+    """
+
+    startup_s: tuple[float, ...]
+    restart_gap_s: tuple[float, ...]
+    training_s: float | None
+    iterations_timed: int
+    iteration_median_s: float | None
+    iteration_p90_s: float | None
+    compute_median_s: float | None
+    exchange_median_s: float | None
+    compute_s: float
+    exchange_s: float
+
+    @property
+    def time_to_first_iteration_s(self) -> float | None:
+        """The first round's start-up: what a user waits before training shows progress."""
+        return self.startup_s[0] if self.startup_s else None
+
+
+def _latest(records: Iterable[Mapping[str, Any]], key: str) -> dict[int, float]:
+    """Per round: the latest `key` time of its ranks."""
+    latest: dict[int, float] = {}
+    for record in records:
+        moment, round_ = record.get(key), int(record["round"])
+        if moment is not None:
+            latest[round_] = max(latest.get(round_, -np.inf), float(moment))
+    return latest
+
+
+def _per_iteration(records: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, float]]]:
+    """Iteration → (compute, exchange) of every rank; a later round's replay wins."""
+    by_iteration: dict[int, dict[int, tuple[int, float, float]]] = {}
+    for record in records:
+        round_, rank, first = int(record["round"]), int(record["rank"]), record["first_iteration"]
+        for offset, (compute, exchange) in enumerate(
+            zip(record["compute_s"], record["exchange_s"], strict=True)
+        ):
+            ranks = by_iteration.setdefault(int(first) + offset, {})
+            if rank not in ranks or ranks[rank][0] <= round_:
+                ranks[rank] = (round_, float(compute), float(exchange))
+    return {i: [(c, x) for _r, c, x in ranks.values()] for i, ranks in by_iteration.items()}
+
+
+def summarise(records: Sequence[Mapping[str, Any]], launched: Sequence[float]) -> RunTimings:
+    """The `RunTimings` of the channel's `timings()` records, rounds launched at `launched`
+    (wall-clock times, index = round). Records of a round never launched (a stale key of
+    an earlier job of the same name) are no part of this run and are ignored."""
+    records = [record for record in records if int(record["round"]) < len(launched)]
+    iterations = _per_iteration(records)
+    period = np.array([min(c + x for c, x in ranks) for ranks in iterations.values()])
+    compute = np.array([max(c for c, _x in ranks) for ranks in iterations.values()])
+    exchange = np.maximum(period - compute, 0.0)
+
+    def statistic(values: np.ndarray, q: float) -> float | None:
+        return float(np.quantile(values, q)) if values.size else None
+
+    firsts = _latest(records, "first_at")
+    ends = _latest(records, "ended_at")
+    return RunTimings(
+        startup_s=tuple(max(0.0, firsts[r] - launched[r]) for r in sorted(firsts)),
+        restart_gap_s=tuple(max(0.0, launched[r + 1] - ends[r]) for r in sorted(ends)
+                            if r + 1 < len(launched)),
+        training_s=max(ends.values()) - launched[0] if ends else None,
+        iterations_timed=int(period.size),
+        iteration_median_s=statistic(period, 0.5),
+        iteration_p90_s=statistic(period, 0.9),
+        compute_median_s=statistic(compute, 0.5),
+        exchange_median_s=statistic(exchange, 0.5),
+        compute_s=float(compute.sum()),
+        exchange_s=float(exchange.sum()),
+    )
