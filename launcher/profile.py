@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.fit import FittedModel, Trial, fit_trials
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, default_margin, limit_for
 from lambdadnn.solver.instance import (
@@ -272,6 +273,13 @@ def profile_workload(
     """
     started = time.monotonic()
     sizes = workload_sizes(workload, seed)
+    samples = int(sizes["samples"])
+    if local_batch * 4 > samples:  # a batch larger than a worker's shard would silently shrink
+        raise LaunchError(
+            f"`local_batch` {local_batch} is too large for the {samples:,} training samples of "
+            f"{workload}: the trials train 4× it on one function and it on each of 4 (each "
+            f"on its shard); give at most {samples // 4}"
+        )
     if progress is not None:
         progress(0, 1, "pilot")
     pilot_plan = (1, _top_memory(capacity), local_batch, _PILOT_ITERATIONS)

@@ -23,6 +23,7 @@ import yaml
 from click.testing import CliRunner
 
 from lambdadnn.cli import main
+from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.fit import Trial
 from lambdadnn.launcher.profile import (
     INVOCATION_S,
@@ -332,3 +333,13 @@ def test_a_signal_stops_a_profile_cleanly(
     assert not [p for p in pids - {process.pid} if _alive(p)]
     assert not [g for g in groups if g.exists()]
     assert not out.exists()
+
+
+def test_a_batch_larger_than_a_shard_is_refused_before_any_trial() -> None:
+    """digits has 1,347 training samples: a 400-sample batch on each of 4 functions (and 1,600
+    on one) would be silently cut to the shard; one line, and nothing runs."""
+    def never(spec: LaunchSpec, timeout_s: float) -> LaunchReport:
+        raise AssertionError("a trial ran")
+
+    with pytest.raises(LaunchError, match=r"`local_batch` 400 is too large .* at most 336"):
+        profile_workload("digits-mlp", CAPACITY, never, local_batch=400)
