@@ -46,6 +46,7 @@ _RESTART_ROUNDS = 3  # rounds of the restart trial: two gaps to measure
 # from one few-second window to the next (the same torch loop, alone, took 3.3–5.7 ms per
 # iteration over a minute): a trial must average over several windows.
 _MAX_TRAIN_S = 12.0
+_ESSENTIAL = 4  # designed trials that always run: with the pilot, 5 at 3 memories and 2 n
 
 # Runs one trial (a spec, at an invocation limit) and reports what the launch measured.
 Runner = Callable[[LaunchSpec, float], LaunchReport]
@@ -112,7 +113,9 @@ def design(
     """The trials after the pilot, in order of what they add to the fit, sized for the budget.
 
     Each trains for about the same seconds (so the short ones are not all start-up), and a
-    trial is left out when the budget's estimate would be overrun. What the budget leaves
+    trial is left out when the budget's estimate would be overrun, except the first
+    `_ESSENTIAL` (with the pilot, the fewest the fit can use: a budget too small for them is
+    overrun rather than spent on a profile that cannot be fitted). What the budget leaves
     after one pass buys a second pass (the pilot's point included, the restart trial not):
     a trial that a burst of load on the machine slowed then weighs half as much.
     """
@@ -142,7 +145,7 @@ def design(
     startups = sum(_startup_guess(startup, functions) for functions, *_ in trials)
     train_s = min(_MAX_TRAIN_S, max(1.0, (left - startups) / len(trials)))
     plans: list[TrialPlan] = []
-    for functions, memory, size, purpose in trials:
+    for index, (functions, memory, size, purpose) in enumerate(trials):
         if functions > capacity.max_functions or memory < 128:
             continue
         guess = _iteration_guess(pilot, functions, memory, size)
@@ -151,7 +154,7 @@ def design(
         iterations = int(min(_MAX_ITERATIONS, max(_MIN_ITERATIONS, seconds / guess)))
         rounds = _RESTART_ROUNDS if restarts else 1
         cost = rounds * _startup_guess(startup, functions) + iterations * guess
-        if cost > left:
+        if cost > left and index >= _ESSENTIAL:
             continue
         timeout = _restart_limit(iterations * guess) if restarts else INVOCATION_S
         plans.append(TrialPlan(functions, memory, size, iterations, timeout, purpose))

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,12 @@ def test_the_design_stays_within_the_budget(budget: float) -> None:
     assert total <= budget - 10.0
 
 
-def test_a_small_budget_still_gives_a_design_the_fit_can_use() -> None:
-    plans = design(CAPACITY, pilot(), batch=BATCH, budget_s=40.0, spent_s=8.0)
+@pytest.mark.parametrize("startup_s", [1.0, 8.0, 30.0])
+def test_a_small_budget_still_gives_a_design_the_fit_can_use(startup_s: float) -> None:
+    """Even when a slow pilot leaves no room for them in a 40 s budget, the trials the fit
+    needs at least run: a profile that overruns beats one that cannot be fitted."""
+    slow = replace(pilot(), startup_s=(startup_s,))
+    plans = design(CAPACITY, slow, batch=BATCH, budget_s=40.0, spent_s=8.0 + startup_s)
     reference = [(1, _top_memory(CAPACITY))] + [
         (p.functions, p.memory_mb) for p in plans if p.local_batch == BATCH]
     assert len(reference) >= 5
