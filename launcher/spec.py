@@ -185,8 +185,10 @@ class LaunchSpec:
 
     @classmethod
     def from_plan(cls, plan: Plan) -> LaunchSpec:
-        """The spec of a solved plan (its status and platform included)."""
-        return cls.from_mapping(plan.to_dict(), source="the solved plan")
+        """The spec of a solved plan (its status and platform included), carrying the very
+        instance it was solved from rather than a re-read copy of it."""
+        return cls.from_mapping({**plan.to_dict(), "instance_spec": plan.solved_from},
+                                source="the solved plan")
 
     @classmethod
     def from_mapping(cls, payload: object, *, source: str = "the plan") -> LaunchSpec:
