@@ -17,9 +17,11 @@ import click
 
 from lambdadnn.models.errors import LambdaDnnError
 from lambdadnn.simulator.defaults import (
+    ARRIVALS,
     DEFAULT_GUARANTEE,
     DEFAULT_POOL_SIZE,
     MAX_JOBS,
+    MIXES,
     STRATEGY_NAMES,
 )
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError
@@ -389,8 +391,12 @@ noise_options = [
                  default=DEFAULT_GUARANTEE, show_default=True,
                  help="lambdadnn plans to meet the deadline in this share of runs."),
     click.option("--failure-rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
-                 help="Function crashes per function-hour (a job stuck in crashes is "
-                      "abandoned: see README)."),
+                 help="Function crashes per function-hour, declared to the planners (a job "
+                      "stuck in crashes is abandoned: see README)."),
+    click.option("--truth", "truth_items", multiple=True, metavar="KEY=VALUE",
+                 help="Run the jobs under a truth the planners do not see (repeatable): "
+                      "rate_scale, saturates_at_mb, bandwidth_scale, startup_scale, compute_cv, "
+                      "comm_cv, cold_start_median_s, failure_rate_per_h."),
 ]
 
 
@@ -412,23 +418,27 @@ def _with_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
 @friendly
 def simulate_command(
     trace: Path, name: str, seed: int, pool_size: int, guarantee: float, failure_rate: float,
-    as_json: bool,
+    truth_items: tuple[str, ...], as_json: bool,
 ) -> None:
     """Replay a trace (CSV: submit_time_s,instance,epochs,deadline_s) with one strategy."""
     from lambdadnn.models.noise import NoiseModel
     from lambdadnn.simulator.compare import compare
     from lambdadnn.simulator.trace import read_trace
+    from lambdadnn.simulator.truth import Truth
 
+    truth = Truth.parse(truth_items)
     jobs = read_trace(trace)
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
     comparison = compare(jobs, [name], seed=seed, noise=noise, pool_size=pool_size,
-                         guarantee=guarantee, progress=_progress_bars(not as_json))
+                         guarantee=guarantee, truth=truth, progress=_progress_bars(not as_json))
     outcomes = comparison.outcomes[name]
     (report,) = comparison.reports()
     if as_json:
-        _emit_json({"strategy": report.to_dict(), "jobs": [o.to_dict() for o in outcomes]})
+        _emit_json({"truth": truth.changed(), "strategy": report.to_dict(),
+                    "jobs": [o.to_dict() for o in outcomes]})
         return
-    click.echo(f"{len(jobs)} jobs from {trace}, strategy {name}, seed {seed}")
+    click.echo(f"{len(jobs)} jobs from {trace}, strategy {name}, seed {seed}, truth: "
+               f"{truth.label()}")
     click.echo(_report_table([report]))
 
 
@@ -438,6 +448,12 @@ def simulate_command(
               help="Jobs to generate (Poisson arrivals over the shipped workloads).")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
               help="Replay this trace instead of generating one.")
+@click.option("--rate", "rate_per_s", type=click.FloatRange(min=0, min_open=True),
+              help="Jobs per second of the generated trace [default: 0.2].")
+@click.option("--arrival", type=click.Choice(ARRIVALS), default=ARRIVALS[0], show_default=True,
+              help="Arrival process of the generated trace.")
+@click.option("--mix", type=click.Choice(MIXES), default=MIXES[0], show_default=True,
+              help="Job sizes of the generated trace (heavy: heavy-tailed epochs).")
 @click.option("--strategies", default=",".join(STRATEGY_NAMES), show_default=True,
               help="Comma-separated strategy names.")
 @_with_options(noise_options)
@@ -446,36 +462,241 @@ def simulate_command(
 @json_option
 @friendly
 def compare_command(
-    job_count: int, trace: Path | None, strategies: str, seed: int, pool_size: int,
-    guarantee: float, failure_rate: float, plots: Path | None, as_json: bool,
+    job_count: int, trace: Path | None, rate_per_s: float | None, arrival: str, mix: str,
+    strategies: str, seed: int, pool_size: int, guarantee: float, failure_rate: float,
+    truth_items: tuple[str, ...], plots: Path | None, as_json: bool,
 ) -> None:
     """Every strategy on the same simulated jobs: deadlines met, cost, memory, accuracy."""
     from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.compare import check_names, compare, plot_folder
+    from lambdadnn.simulator.compare import compare, plot_folder
     from lambdadnn.simulator.compare import plot as plot_comparison
-    from lambdadnn.simulator.trace import generate_trace, read_trace
+    from lambdadnn.simulator.strategies import check_names
+    from lambdadnn.simulator.trace import DEFAULT_RATE_PER_S, generate_trace, read_trace
+    from lambdadnn.simulator.truth import Truth
 
     names = [name.strip() for name in strategies.split(",") if name.strip()]
     check_names(names, field="--strategies")
+    truth = Truth.parse(truth_items)
     if plots is not None:
         plot_folder(plots)  # before the simulation, which can take minutes
-    jobs = read_trace(trace) if trace else generate_trace(job_count, seed=seed)
+    if trace is not None and (rate_per_s is not None or (arrival, mix) != (ARRIVALS[0], MIXES[0])):
+        raise InstanceError("`--rate`, `--arrival` and `--mix` shape a generated trace; "
+                            "drop them with `--trace`")
+    jobs = read_trace(trace) if trace else generate_trace(
+        job_count, seed=seed, arrival=arrival, mix=mix,
+        rate_per_s=DEFAULT_RATE_PER_S if rate_per_s is None else rate_per_s,
+    )
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
     comparison = compare(jobs, names, seed=seed, noise=noise, pool_size=pool_size,
-                         guarantee=guarantee, progress=_progress_bars(not as_json))
+                         guarantee=guarantee, truth=truth, progress=_progress_bars(not as_json))
     reports = comparison.reports()
     written = plot_comparison(comparison.outcomes, plots) if plots else []
     if as_json:
         _emit_json({"jobs": len(jobs), "seed": seed, "guarantee": guarantee,
-                    "strategies": [r.to_dict() for r in reports],
+                    "truth": truth.changed(), "strategies": [r.to_dict() for r in reports],
                     "plots": [str(p) for p in written]})
         return
     source = f"trace {trace}" if trace else f"{len(jobs)} generated jobs"
-    click.echo(f"{source}, seed {seed}, pool {pool_size:,} functions, lambdadnn guarantee "
-               f"{guarantee:g}")
+    click.echo(f"{source}, seed {seed}, pool {pool_size:,} functions, guarantee "
+               f"{guarantee:g}, truth: {truth.label()}")
     click.echo(_report_table(reports))
     for path in written:
         click.echo(f"  plot written to {path}")
+
+
+_MAX_LIST = 1000  # values of one --seed-list, --rates or --truth key: more is surely a typo
+
+
+def _sweep_list(text: str, option: str, parse: Callable[[str], Any], need: str) -> list[Any]:
+    """The comma-separated values of `option`, parsed, distinct, or one line saying why."""
+    from lambdadnn.solver.inputs import brief
+
+    values = []
+    for item in text.split(","):
+        try:
+            values.append(parse(item.strip()))
+        except ValueError:
+            raise InstanceError(f"`{option}` takes comma-separated {need}, got "
+                                f"{brief(item.strip())}") from None
+    if len(set(values)) != len(values) or len(values) > _MAX_LIST:
+        raise InstanceError(f"`{option}` takes at most {_MAX_LIST} distinct values, got "
+                            f"{brief(text)}")
+    return values
+
+
+def _positive_rate(text: str) -> float:
+    import math
+
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(text)
+    return value
+
+
+def _seed_value(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _sweep_text(result: Any, cells: int) -> str:
+    """The aggregates as a table: means ± the 95% interval's half-width over seeds."""
+    def shown(entry: dict[str, Any], form: str) -> str:
+        interval = entry["ci95"]
+        spread = "(1 seed)" if interval is None else f"± {(interval[1] - interval[0]) / 2:{form}}"
+        return f"{entry['mean']:{form}} {spread}"
+
+    lines = [f"{cells} cells on {result.workers} Dask worker(s) in {result.wall_s:.1f} s; "
+             "means over seeds ± the 95% Student t interval",
+             f"  {'strategy':<15}{'truth':<26}{'jobs/s':>7}  {'deadlines met':<19}"
+             f"{'mean $ per job':<21}{'total $':<18}"]
+    for row in result.aggregates:
+        lines.append(
+            f"  {row['strategy']:<15}{row['truth_label']:<26}{row['rate_per_s']:>7g}  "
+            f"{shown(row['deadline_met'], '.2%'):<19}{shown(row['mean_cost_usd'], '.4f'):<21}"
+            f"{shown(row['total_cost_usd'], ',.2f'):<18}"
+        )
+    lines += [f"  plot written to {path}" for path in result.plots]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@main.command("sweep")
+@click.option("--strategies", default=",".join(STRATEGY_NAMES), show_default=True,
+              help="Comma-separated strategy names.")
+@click.option("--seeds", "seed_count", type=click.IntRange(1, _MAX_LIST), metavar="N",
+              help="Run seeds 0..N-1 [default: 5].")
+@click.option("--seed-list", metavar="S1,S2,...", help="Run these seeds instead of --seeds.")
+@click.option("--truth", "truth_items", multiple=True, metavar="KEY=V1,V2,...",
+              help="Add one truth per value, changing only KEY (repeatable; the truth as "
+                   "believed is always run too).")
+@click.option("--jobs", "job_count", type=click.IntRange(1, MAX_JOBS), default=2000,
+              show_default=True, help="Jobs per generated trace.")
+@click.option("--rates", default="0.2", show_default=True, metavar="R1,R2,...",
+              help="Arrival rates (jobs/s) to sweep.")
+@click.option("--arrival", default="poisson", show_default=True,
+              help="Arrival process of the traces (see `generate_trace`).")
+@click.option("--mix", default="paper", show_default=True,
+              help="Job-size mix of the traces (see `generate_trace`).")
+@click.option("--pool", "pool_size", type=click.IntRange(min=1), default=DEFAULT_POOL_SIZE,
+              show_default=True, help="Functions shared by all jobs.")
+@click.option("--guarantee", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=DEFAULT_GUARANTEE, show_default=True,
+              help="The planning quantile of the strategies that plan for one.")
+@click.option("--plots", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the figures (met-rate and cost against each truth key) here.")
+@click.option("--workers", type=click.IntRange(1, 1024), metavar="N",
+              help="Processes of the local Dask cluster [default: usable cores].")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Run on this existing Dask cluster (tcp://HOST:PORT) instead.")
+@json_option
+@friendly
+def sweep_command(
+    strategies: str, seed_count: int | None, seed_list: str | None,
+    truth_items: tuple[str, ...], job_count: int, rates: str, arrival: str, mix: str,
+    pool_size: int, guarantee: float, plots: Path | None, workers: int | None,
+    scheduler: str | None, as_json: bool,
+) -> None:
+    """Strategies × seeds × truths × arrival rates on Dask: means with 95% intervals.
+
+    Each cell (strategy, seed, truth, rate) is one `compare` run on its own seeded trace; the
+    cells fan out over a local Dask cluster (or --scheduler's) and give exactly the numbers of
+    a serial run.
+    """
+    from lambdadnn.simulator.strategies import check_names
+    from lambdadnn.simulator.sweep import Setup, SweepInterrupted, one_factor_truths, sweep
+
+    names = [name.strip() for name in strategies.split(",") if name.strip()]
+    check_names(names, field="--strategies")
+    if seed_count is not None and seed_list is not None:
+        raise InstanceError("`--seeds` and `--seed-list` both choose the seeds; give one")
+    seeds = (_sweep_list(seed_list, "--seed-list", _seed_value, "integers ≥ 0")
+             if seed_list is not None else list(range(seed_count or 5)))
+    truths = one_factor_truths(truth_items)
+    rate_values = _sweep_list(rates, "--rates", _positive_rate, "positive numbers (jobs/s)")
+    setup = Setup(job_count, arrival=arrival, mix=mix, pool_size=pool_size, guarantee=guarantee)
+    cells = len(names) * len(seeds) * len(truths) * len(rate_values)
+    bar: Any = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:  # once the cluster runs: a bad option never shows a bar
+            bar = click.progressbar(length=total, label="sweep", file=sys.stderr)
+            bar.__enter__()
+        bar.update(done - bar.pos)
+
+    try:
+        result = sweep(names, seeds, truths, setup=setup, rates=rate_values, plots=plots,
+                       workers=workers, scheduler=scheduler,
+                       progress=None if as_json else progress)
+    except SweepInterrupted as stop:  # the shell's convention: 128 + the signal's number
+        if bar is not None:
+            bar.__exit__(None, None, None)
+            bar = None
+        click.echo(f"error: {stop}", err=True)
+        sys.exit(128 + stop.signum)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        _emit_json({"jobs": job_count, "seeds": seeds, "strategies": names,
+                    "rates": rate_values, "arrival": arrival, "mix": mix, "pool": pool_size,
+                    "guarantee": guarantee, **result.to_dict()})
+        return
+    click.echo(_sweep_text(result, cells))
+
+
+@main.command("philly")
+@click.argument("job_log", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The trace CSV to write (submit_time_s,instance,epochs,deadline_s).")
+@click.option("--workload-map", "workload_map", multiple=True, metavar="NAME=GPU_HOURS",
+              help="Map jobs to this workload by its reference GPU-hours (repeatable; replaces "
+                   "the default 1dcnn-imdb=0.1, espcn-bsds500=1, mobilenet-cifar10=10, "
+                   "resnet50-cifar10=100).")
+@click.option("--slack", type=float, help="Deadline = slack × the job's run time on Philly "
+              "(default 1.5).")
+@click.option("--keep", metavar="STATUSES", help="Comma-separated statuses of the jobs to "
+              "convert, of Pass, Killed, Failed (default Pass,Killed).")
+@click.option("--limit", type=int, help="Convert only the earliest N jobs kept.")
+@json_option
+@friendly
+def philly_command(
+    job_log: Path, out: Path, workload_map: tuple[str, ...], slack: float | None,
+    keep: str | None, limit: int | None, as_json: bool,
+) -> None:
+    """Convert a Philly trace's cluster_job_log (JSON) into a trace CSV for simulate/compare."""
+    from lambdadnn.simulator.philly import convert_job_log, parse_workload_map
+    from lambdadnn.simulator.trace import write_trace
+    from lambdadnn.solver.inputs import brief
+
+    options: dict[str, Any] = {"limit": limit}
+    if workload_map:
+        options["workload_map"] = parse_workload_map(workload_map)
+    if slack is not None:
+        options["slack"] = slack
+    if keep is not None:
+        options["statuses"] = tuple(status.strip() for status in keep.split(","))
+    conversion = convert_job_log(job_log, **options)
+    try:
+        write_trace(conversion.jobs, out)
+    except OSError as error:
+        reason = error.strerror or "I/O error"
+        raise InstanceError(f"`--out` {brief(str(out), 80)} cannot be written ({reason}); give "
+                            "a writable file path") from None
+    workloads: dict[str, int] = {}
+    for job in conversion.jobs:
+        workloads[job.instance_name] = workloads.get(job.instance_name, 0) + 1
+    if as_json:
+        _emit_json({"job_log": str(job_log), "out": str(out), "jobs": len(conversion.jobs),
+                    "skipped": conversion.skipped, "workloads": workloads})
+        return
+    total = len(conversion.jobs) + sum(conversion.skipped.values())
+    click.echo(f"{len(conversion.jobs):,} of {total:,} jobs from {job_log} written to {out}")
+    for reason, count in conversion.skipped.items():
+        click.echo(f"  skipped {count:,}: {reason}")
+    for name, count in sorted(workloads.items()):
+        click.echo(f"  {count:,} × {name}")
 
 
 # For annotations only: the launcher (and redis, numpy) load when `launch` runs.

@@ -134,16 +134,26 @@ def box(
     if vcpu_memory_mb is not None:  # the last size ≤ ⌊budget / n⌋: ≥ m_lo for n ≤ n_valid
         cap = np.searchsorted(memory, vcpu_memory_mb // functions, side="right") - 1
         row_hi = np.minimum(row_hi, cap)
+    # Crashes: a plan whose crash load reaches 1 never finishes (its times are +∞). The loads
+    # fall as m grows (proved), so an n that fails at its largest memory fails at every size.
     checked = model.deadline_figure(noise)
-    envelope = model.figures(values, functions, memory[row_hi], (checked,), noise)[checked]
+    names = (checked, "crash_load", "crash_load_quantile")
+    found = model.figures(values, functions, memory[row_hi], names, noise)
+    finishes = ~((found["crash_load"] >= 1) | (found["crash_load_quantile"] >= 1))
+    if not finishes.any():
+        return None
+    functions, row_hi, envelope = functions[finishes], row_hi[finishes], found[checked][finishes]
     meets = envelope <= deadline_s
     deadline_met = bool(meets.any())
     if deadline_met:
         n_min, n_max = int(functions[meets][0]), int(functions[meets][-1])
     else:
-        n_min, n_max = 1, n_valid
+        n_min, n_max = int(functions[0]), int(functions[-1])
     grid_points = max_functions * len(memory)
-    box_points = int((row_hi[n_min - 1 : n_max] - m_lo + 1).sum())
+    dropped = n_valid - len(functions)
+    never = f"; {dropped} never finish: crash load n·φ·c ≥ 1 even there" if dropped else ""
+    inside = (functions >= n_min) & (functions <= n_max)
+    box_points = int((row_hi[inside] - m_lo + 1).sum())
 
     def mb(value: float) -> str:
         return f"{value:,.1f} MB" if math.isfinite(value) else "none"
@@ -157,7 +167,7 @@ def box(
     at = f"{memory[m_hi]:g} MB" if vcpu_memory_mb is None else "its largest memory in the limit"
     deadline_text = (
         f"T(n, {at}) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
-        f"({int(meets.sum())} of {n_valid} values of n)"
+        f"({int(meets.sum())} of {n_valid} values of n{never})"
         if deadline_met else
         f"no n meets T_o = {deadline_s:g} s even at {at}; every valid n kept to find the "
         "fastest plan"

@@ -33,6 +33,9 @@ from typing import Any, Literal
 import numpy as np
 
 FORMAT = 1
+# Figures the solver needs beyond a plan's report (`models.equations.AUXILIARY`): the cost
+# weight, and the crash loads whose reaching 1 means a run never finishes.
+AUXILIARY = ("weight", "crash_load", "crash_load_quantile")
 # The modules whose text defines the model, its proofs and its printing (beside this one).
 MODEL_SOURCES = ("equations.py", "derivation.py", "compiled.py")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -94,7 +97,7 @@ class Program:
     """The compiled model: its signature, what was proved, and its two pieces of code.
 
     `figures` maps (n, m, *parameters, *noise) to every figure of `models.performance.Figures`
-    and the cost `weight`; `thresholds` maps the parameters to the memory where the rate and
+    and the `AUXILIARY` ones; `thresholds` maps the parameters to the memory where the rate and
     the storage bandwidth reach 0, where the storage is capped, and the largest n with b_l ≥ 1.
     """
 
@@ -152,7 +155,7 @@ def _program(payload: dict[str, Any], origin: Literal["cache", "derived"]) -> Pr
     regimes = payload["regimes_proved"]
     if (
         figures.arguments != ("n", "m", *parameters, *noise)
-        or set(figures.outputs) != {*FIGURE_NAMES, "weight"}
+        or set(figures.outputs) != {*FIGURE_NAMES, *AUXILIARY}
         or thresholds.arguments != parameters
         or set(thresholds.outputs) != {"rate_root", "storage_root", "storage_cap", "batch_limit"}
         or len(exact) != len(noise)

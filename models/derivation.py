@@ -100,12 +100,15 @@ def _prove_rounds() -> None:
             raise DerivationError(f"the restart count is not max(0, ⌈T_train/L⌉ − 1): {restarts}")
     rate, storage = sp.symbols("R B_fs", positive=True)
     through = {model.rate: rate, model.storage_bandwidth: storage}
+    # The crash losses, non-increasing in m by `_prove_crashes`, stand as symbols here.
+    lost = {model.t_crashes: sp.Symbol("kappa", nonnegative=True),
+            model.t_crashes_quantile: sp.Symbol("kappa_q", nonnegative=True)}
     for label, total, restarts, train in (
         ("T", model.time, model.restarts, model.t_train),
         ("T's quantile", model.deadline_time, model.restarts_quantile, model.t_train_quantile),
         ("the request cost", model.cost_requests + tau, model.restarts, tau),
     ):
-        extra = sp.expand(total.xreplace({restarts: r}) - train)
+        extra = sp.expand(total.xreplace(lost).xreplace({restarts: r}) - train)
         if model.m in extra.free_symbols or not sp.diff(extra, r).is_nonnegative:
             raise DerivationError(
                 f"could not prove that {label} adds a term free of m and non-decreasing in the "
@@ -118,6 +121,75 @@ def _prove_rounds() -> None:
         raise DerivationError("the cost is not T·weight + the request cost")
 
 
+def _monotone(
+    label: str, expression: sp.Expr, parts: Mapping[sp.Basic, sp.Symbol],
+    rising: tuple[sp.Symbol, ...] = (), falling: tuple[sp.Symbol, ...] = (),
+) -> None:
+    """`expression` with `parts` replaced by symbols (in order, so a part may contain a later
+    one; `subs`, so a part may be a sub-sum), proved free of m and non-decreasing in `rising`,
+    non-increasing in `falling` (so it moves with m as those parts do)."""
+    reduced = expression
+    for part, symbol in parts.items():
+        reduced = reduced.subs(part, symbol)
+    if model.m in reduced.free_symbols:
+        raise DerivationError(f"{label} depends on m other than through {tuple(parts.values())}")
+    signs = [(s, "nonnegative") for s in rising] + [(s, "nonpositive") for s in falling]
+    for symbol, sign in signs:
+        if not getattr(sp.diff(reduced, symbol), f"is_{sign}"):
+            raise DerivationError(f"could not prove that {label} is monotone in {symbol}")
+
+
+def _prove_crashes() -> None:
+    """The crash losses are non-increasing in m (given ∂t_iteration/∂m ≤ 0 per regime and T_train,
+    its quantile and the restarts non-increasing): each is built of monotone parts.
+
+    Expected: E·x/max(0, 1 − x), non-decreasing in the exposure E and the load x (x enters
+    through max(0, 1 − x), non-increasing in x). Guaranteed: b·N(λU) with U the larger root
+    of U = E_q + b·N(λU), N(Λ) = Λ + √(2aΛ) + a/3, written for √U by the quadratic formula.
+    H(U) = U − E_q − b·N(λU) is positive past that root (a quadratic in √U with a positive
+    leading coefficient 1 − λb) and falls as E_q, b or λ grow, so the root moves right and
+    b·N(λU) grows: proved here by checking the root solves the quadratic and the signs of H.
+    Each loss is 0 without crashes (phi = 0) and checked to be the model's.
+    """
+    t_iter, exposure, load = sp.symbols("t_iter E x", nonnegative=True)
+    slack = sp.Symbol("w", positive=True)  # where it is 0 the loss is +∞, the top of the order
+    for label, load_term in (("the crash load", model.crash_load),
+                             ("the guaranteed crash load", model.crash_load_quantile)):
+        _monotone(label, load_term, {model.t_iteration: t_iter}, (t_iter,))
+    r = sp.Symbol("r", nonnegative=True)
+    for label, exposed, train, restarts in (
+        ("the exposure", model.t_exposed, model.t_train, model.restarts),
+        ("the guaranteed exposure", model.t_exposed_quantile, model.t_train_quantile,
+         model.restarts_quantile),
+    ):
+        _monotone(label, exposed, {restarts: r, train: exposure}, (exposure, r))
+    for label, loss, built in (
+        ("the expected crash loss", model.t_crashes,
+         model.crash_loss(model.t_exposed, model.crash_load)),
+        ("the guaranteed crash loss", model.t_crashes_quantile, model.crash_loss_quantile(
+            model.t_exposed_quantile, model.crash_cost_quantile, model.crash_rate)),
+    ):
+        if loss != sp.Piecewise((0, model.no_crashes), (built, True)):
+            raise DerivationError(f"{label} is not 0 without crashes and the proved form else")
+    expected = model.crash_loss(exposure, load).xreplace({sp.Max(0, 1 - load): slack})
+    _monotone("the expected crash loss", expected, {}, (exposure, load), (slack,))
+    # The guaranteed loss, in the cost b, the rate λ, the exposure E_q and √U = s.
+    b, rate, root, exposure_u = sp.symbols("b lambda s U", positive=True)
+    guaranteed = model.crash_loss_quantile(exposure, b, rate)
+    spread = b * sp.sqrt(2 * model.a_f * rate)
+    constant = exposure + model.a_f * b / 3
+    formula = (spread + sp.sqrt(spread**2 + 4 * slack * constant)) / (2 * slack)
+    leading = sp.Max(0, 1 - rate * b)
+    at_root = (b * model.crash_count_bound(rate * root**2)).xreplace({root: formula})
+    if guaranteed.xreplace({leading: slack}) != at_root:
+        raise DerivationError("the guaranteed crash loss is not b·N(λU) at the quadratic's root")
+    if sp.simplify(slack * formula**2 - spread * formula - constant) != 0:
+        raise DerivationError("the exposure's root does not solve U = E_q + b·N(λU)")
+    excess = exposure_u - exposure - b * model.crash_count_bound(rate * exposure_u)
+    _monotone("H(U) = U − E_q − b·N(λU)", excess, {}, (), (exposure, b, rate))
+    _monotone("b·N(λU)", b * model.crash_count_bound(rate * root**2), {}, (b, rate, root))
+
+
 @cache
 def facts() -> Facts:
     """Prove the monotonicity the bounds rely on and solve for the thresholds (once per process)."""
@@ -125,7 +197,8 @@ def facts() -> Facts:
     for name, choice, positivity in regimes:
         # The quantile T_train + z·√variance falls with m when both parts do (√ increases).
         for label, expression in (("T_train", model.t_train),
-                                  ("the spread's variance", model.spread_variance)):
+                                  ("the spread's variance", model.spread_variance),
+                                  ("the iteration time", model.t_iteration)):
             slope = sp.diff(expression.xreplace(choice), model.m).subs(positivity)
             if not slope.is_nonpositive:
                 raise DerivationError(
@@ -134,6 +207,7 @@ def facts() -> Facts:
     if not sp.diff(model.weight, model.m).is_nonnegative:
         raise DerivationError("could not prove that the cost weight is non-decreasing in m")
     _prove_rounds()
+    _prove_crashes()
     linear_rate = model.alpha1 * model.m + model.beta1
     linear_storage = model.alpha2 * model.m + model.beta2
     fixed_global_batch = model.local_batch.args[1].expr

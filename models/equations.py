@@ -51,8 +51,14 @@ v_b = sp.Symbol("v_b", nonnegative=True)  # variance of an iteration's communica
 z = sp.Symbol("z", nonnegative=True)  # the guarantee's standard normal quantile
 c_e = sp.Symbol("c_e", nonnegative=True)  # expected start-up delay of an invocation round
 c_q = sp.Symbol("c_q", nonnegative=True)  # the delay planned for at the guarantee's quantile
-NOISE_SYMBOLS: tuple[sp.Symbol, ...] = (s_c, v_c, v_b, z, c_e, c_q)
-EXACT: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+# Crashes (MODEL.md, "Failures"): all terms vanish at phi = 0, and the figures are as without.
+phi = sp.Symbol("phi", nonnegative=True)  # crashes per function-second (failure_rate_per_hour/3600)
+k_c = sp.Symbol("k_c", positive=True)  # iterations between checkpoints (checkpoint_every)
+f_e = sp.Symbol("f_e", nonnegative=True)  # expected cold start of one re-invoked function
+f_q = sp.Symbol("f_q", nonnegative=True)  # the same planned for under the guarantee (≥ f_e)
+a_f = sp.Symbol("a_f", nonnegative=True)  # −ln(1 − p): the crash count's tail constant
+NOISE_SYMBOLS: tuple[sp.Symbol, ...] = (s_c, v_c, v_b, z, c_e, c_q, phi, k_c, f_e, f_q, a_f)
+EXACT: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)
 
 # --- the equations, in MODEL.md's order --------------------------------------------------
 
@@ -68,9 +74,48 @@ t_comp = local_batch / rate
 t_transfer = 2 * d_m / ps_bandwidth
 t_latency = 2 * lam
 t_comm = t_transfer + t_latency
-t_train = t_load + iterations * (t_comp * s_c + t_comm)
+t_iteration = t_comp * s_c + t_comm
+t_train = t_load + iterations * t_iteration
 restarts = sp.Max(0, sp.ceiling(t_train / L) - 1)
-t_restart = restarts * o
+# Crashes: n functions crash at n·phi per second of exposure E (training and the restarts'
+# overheads, as in the simulator). A crash costs a cold start, the overhead o and on average
+# half a checkpoint interval of redone iterations: c. The time lost to crashes is exposed too
+# (its cold starts conservatively so), so the exposure B solves B = E + x·B with x = n·phi·c:
+# B = E/(1 − x), losing E·x/(1 − x). At x ≥ 1 the run never finishes: the loss is infinite
+# (1/max(0, 1 − x)), never negative. Without crashes (phi = 0) it is exactly 0.
+crash_cost = f_e + o + k_c / 2 * t_iteration
+crash_rate = n * phi
+crash_load = crash_rate * crash_cost
+t_exposed = t_train + restarts * o
+no_crashes = sp.Eq(phi, 0)
+
+
+def crash_loss(exposure: sp.Expr, load: sp.Expr) -> sp.Expr:
+    """Expected seconds lost to crashes over `exposure` at crash load x: E·x/max(0, 1 − x)."""
+    loss: sp.Expr = exposure * load / sp.Max(0, 1 - load)
+    return loss
+
+
+def crash_count_bound(count: sp.Expr) -> sp.Expr:
+    """N(Λ) = Λ + √(2·a_f·Λ) + a_f/3 ≥ the p-quantile of Poisson(Λ) (Bernstein, a_f = −ln(1−p))."""
+    bound: sp.Expr = count + sp.sqrt(2 * a_f * count) + a_f / 3
+    return bound
+
+
+def crash_loss_quantile(exposure: sp.Expr, cost: sp.Expr, rate: sp.Expr) -> sp.Expr:
+    """b·N(λU), with U the larger root of U = E + b·N(λU): a quadratic in √U (infinite when
+    λb ≥ 1, where the bound grows faster than the exposure)."""
+    slack = sp.Max(0, 1 - rate * cost)
+    spread = cost * sp.sqrt(2 * a_f * rate)
+    root = (spread + sp.sqrt(spread**2 + 4 * slack * (exposure + a_f * cost / 3))) / (2 * slack)
+    sqrt_u = sp.Dummy("sqrt_U", positive=True)  # so that √(λU) is printed as √λ·√U
+    loss: sp.Expr = (cost * crash_count_bound(rate * sqrt_u**2)).xreplace({sqrt_u: root})
+    return loss
+
+
+t_crashes = sp.Piecewise((0, no_crashes), (crash_loss(t_exposed, crash_load), True))
+# A crash restarts a function from its checkpoint: reported with the timeouts' restarts.
+t_restart = restarts * o + t_crashes
 # Start-up (process or sandbox start, imports, first pull): per round, growing with n.
 startup = s_0 + s_1 * n
 t_startup = (restarts + 1) * startup
@@ -87,7 +132,18 @@ spread_variance = iterations * (
 )
 t_train_quantile = t_train + z * sp.sqrt(spread_variance)
 restarts_quantile = sp.Max(0, sp.ceiling(t_train_quantile / L) - 1)
+# Crashes under the guarantee, conservatively: each loses a whole checkpoint interval and a
+# cold start planned for at f_q (b), and their count over an exposure U is Poisson(λU),
+# λ = n·phi, at most N(λU) with probability ≥ p; U solves U = E_q + b·N(λU).
+crash_cost_quantile = f_q + o + k_c * t_iteration
+crash_load_quantile = crash_rate * crash_cost_quantile
+t_exposed_quantile = t_train_quantile + restarts_quantile * o
+t_crashes_quantile = sp.Piecewise(
+    (0, no_crashes),
+    (crash_loss_quantile(t_exposed_quantile, crash_cost_quantile, crash_rate), True),
+)
 deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * (startup + c_q)
+deadline_time += t_crashes_quantile
 cost_functions = time * n * (m / 1024) * p_gbs
 cost_ps = time * p_ps / 3600
 cost_requests = n * (restarts + 1) * p_req
@@ -117,4 +173,6 @@ FIGURES: dict[str, sp.Expr] = {
     "cost": cost,
 }
 # Figures the solver needs but a plan's report does not.
-AUXILIARY: dict[str, sp.Expr] = {"weight": weight}
+AUXILIARY: dict[str, sp.Expr] = {
+    "weight": weight, "crash_load": crash_load, "crash_load_quantile": crash_load_quantile,
+}

@@ -112,7 +112,10 @@ class PlanningNoise:
     grows by E[M_n] (the straggler factor) and its variance is Var[M_n]; over k iterations
     the spread adds up, and the deadline is checked at z_p standard deviations above the
     mean. Each invocation round starts when the slowest of n cold starts is done: planned for
-    at its exact p-quantile (skewed, so not at z_p standard deviations).
+    at its exact p-quantile (skewed, so not at z_p standard deviations). Crashes (MODEL.md,
+    "Failures") need the rate per function-second, the checkpoint interval, one re-invoked
+    function's cold start (its mean, and under the guarantee its p-quantile but at least the
+    mean) and the Poisson tail constant −ln(1 − p).
     """
 
     z: float
@@ -121,6 +124,11 @@ class PlanningNoise:
     bandwidth_variance: float
     cold_start_mean: Array
     cold_start_quantile: Array
+    failure_rate_per_s: float
+    checkpoint_every: float
+    crash_cold_start_mean: float
+    crash_cold_start_quantile: float
+    crash_tail: float
 
     def terms(self, functions: Array) -> tuple[Array | float, ...]:
         """The terms in `models.equations.NOISE_SYMBOLS` order for these function counts."""
@@ -128,7 +136,8 @@ class PlanningNoise:
         return (
             self.straggler_mean[index], self.straggler_variance[index],
             self.bandwidth_variance, self.z, self.cold_start_mean[index],
-            self.cold_start_quantile[index],
+            self.cold_start_quantile[index], self.failure_rate_per_s, self.checkpoint_every,
+            self.crash_cold_start_mean, self.crash_cold_start_quantile, self.crash_tail,
         )
 
 
@@ -148,6 +157,9 @@ def planning_noise(noise: NoiseModel, guarantee: float, max_functions: int) -> P
     cold_quantile = noise.cold_start_median_s * np.exp(
         -sigma * np.array([normal_quantile(t) for t in tail])
     )
+    crash_cold_quantile = max(cold_mean_one, noise.cold_start_median_s * math.exp(sigma * z))
     return PlanningNoise(
-        z, straggler_mean, straggler_variance, noise.bandwidth_cv**2, cold_mean, cold_quantile
+        z, straggler_mean, straggler_variance, noise.bandwidth_cv**2, cold_mean, cold_quantile,
+        noise.failure_rate_per_hour / 3600, float(noise.checkpoint_every), cold_mean_one,
+        crash_cold_quantile, -math.log1p(-guarantee),
     )

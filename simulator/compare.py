@@ -12,65 +12,21 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.baselines import STRATEGIES, StrategyPlan
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, STRATEGY_NAMES
+from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE
 from lambdadnn.simulator.pool import JobOutcome, json_ready, run_trace
+from lambdadnn.simulator.strategies import check_names, strategy
 from lambdadnn.simulator.trace import Job
-from lambdadnn.solver.errors import InstanceError, NoValidPlanError
+from lambdadnn.simulator.truth import Truth
+from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import Instance
-from lambdadnn.solver.pipeline import solve
 
 Progress = Callable[[int, int], None]
-Planner = Callable[[Instance, np.random.Generator, NoiseModel], StrategyPlan]
-
-
-def lambdadnn_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:
-    """Our planner: `solve()` with the guarantee, memoised per (instance, deadline) as a
-    scheduler would. No trial runs: the plan comes from the model alone. When no plan can
-    meet the deadline the job still runs, on the fastest plan (and most likely misses)."""
-
-    @lru_cache(maxsize=4096)
-    def planned(instance: Instance, noise: NoiseModel) -> StrategyPlan:
-        try:
-            plan = solve(instance, guarantee=guarantee, noise=noise if guarantee else None)
-        except NoValidPlanError:
-            return StrategyPlan(0, 0, 0.0, 0.0, 0, found=False)
-        return StrategyPlan(plan.functions, plan.memory_mb, plan.time_s, 0.0, 0, found=True)
-
-    def plan_for(instance: Instance, rng: np.random.Generator, noise: NoiseModel) -> StrategyPlan:
-        return planned(instance, noise)
-
-    return plan_for
-
-
-def check_names(names: Sequence[str], *, field: str = "strategies") -> None:
-    """`InstanceError` unless `names` are one or more distinct strategies of `STRATEGY_NAMES`;
-    `field` is what the message calls them (the CLI's `--strategies`)."""
-    unknown = [name for name in names if name not in STRATEGY_NAMES]
-    if unknown or not names:
-        shown = brief(unknown[0]) if unknown else "none"
-        raise InstanceError(
-            f"`{field}` names {shown}, not a strategy; choose from {', '.join(STRATEGY_NAMES)}"
-        )
-    twice = [name for index, name in enumerate(names) if name in names[:index]]
-    if twice:
-        raise InstanceError(f"`{field}` names {twice[0]!r} twice; name each strategy once")
-
-
-def strategy(name: str, *, guarantee: float | None = DEFAULT_GUARANTEE) -> Planner:
-    """The planner registered under `name` (see `STRATEGY_NAMES`)."""
-    check_names([name], field="name")
-    if name == "lambdadnn":
-        return lambdadnn_strategy(guarantee)
-    return STRATEGIES[name]
 
 
 @dataclass(frozen=True)
@@ -130,18 +86,22 @@ class Comparison:
 
 def compare(
     jobs: Sequence[Job], names: Sequence[str], *, seed: int, noise: NoiseModel,
-    pool_size: int, guarantee: float | None = DEFAULT_GUARANTEE,
+    pool_size: int, guarantee: float = DEFAULT_GUARANTEE, truth: Truth | None = None,
     progress: Callable[[str], Progress] | None = None,
 ) -> Comparison:
-    """Run every named strategy over the same jobs (each with a fresh planner cache)."""
+    """Run every named strategy over the same jobs (each with a fresh planner cache).
+
+    Planners see each job's instance and `noise` (the belief); the engine runs the jobs under
+    `truth` (default: exactly the belief).
+    """
     check_names(names)
     outcomes: dict[str, list[JobOutcome]] = {}
     seconds: dict[str, float] = {}
     for name in names:
-        planner = strategy(name, guarantee=guarantee)
+        planner = strategy(name, guarantee=guarantee, truth=truth)
         started = time.perf_counter()
         outcomes[name] = run_trace(
-            jobs, planner, pool_size=pool_size, noise=noise, seed=seed,
+            jobs, planner, pool_size=pool_size, noise=noise, seed=seed, truth=truth,
             progress=progress(name) if progress else None,
         )
         seconds[name] = time.perf_counter() - started
@@ -168,6 +128,13 @@ def _cdf_plot(
     axes.set(xscale="log", xlabel=xlabel, ylabel="share of jobs", title=title)
     axes.grid(alpha=0.3)
     axes.legend()
+    return save_figure(figure, path)
+
+
+def save_figure(figure: Any, path: Path) -> Path:
+    """Write a matplotlib figure as `path` and close it; a write that fails is one line."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     try:
         figure.savefig(path)

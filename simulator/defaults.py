@@ -4,8 +4,11 @@ The CLI builds its options from these at import time; keeping them here lets `la
 answer without loading numpy, SymPy or Pyomo.
 """
 
-BASELINE_NAMES = ("naive", "ldnn-alg1", "power-tuning", "sample-search")
-STRATEGY_NAMES = ("lambdadnn", *BASELINE_NAMES)
-DEFAULT_GUARANTEE = 0.999  # lambdadnn's planning quantile in comparisons
+# Planners that see only the belief; `clairvoyant` is told the truth (simulator.strategies).
+BASELINE_NAMES = ("naive", "ldnn-alg1", "ldnn-alg1-q", "power-tuning", "sample-search")
+STRATEGY_NAMES = ("lambdadnn", "lambdadnn-mean", *BASELINE_NAMES, "clairvoyant")
+DEFAULT_GUARANTEE = 0.999  # the planning quantile of every strategy that plans for one
 DEFAULT_POOL_SIZE = 50_000  # λDNN's simulation (paper, Sec. 6)
 MAX_JOBS = 100_000  # per trace, read or generated: ten times the paper's 10,000-job traces
+ARRIVALS = ("poisson", "bursty", "diurnal")  # `generate_trace(arrival=...)`
+MIXES = ("paper", "heavy")  # `generate_trace(mix=...)`

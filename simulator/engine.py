@@ -90,6 +90,7 @@ _MAX_DRAW = 1 << 20
 MAX_EVENTS = 10_000
 MAX_CRASHES_WITHOUT_CHECKPOINT = 100
 MAX_WORKER_ITERATIONS = 50_000_000
+MAX_TRIAL_ITERATIONS = 1_000  # a profiling trial is short by definition
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,20 @@ class JobRun:
     lost_iterations: float  # iterations redone after failures (work since the last checkpoint)
     checkpoints: int
     finished: bool = True  # False: abandoned at one of the simulator's limits (see above)
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """What a short profiling trial of a plan measured, and what it held and cost."""
+
+    functions: int
+    memory_mb: int
+    time_s: float  # how long it held its functions: setup, load and iterations
+    cost_usd: float
+    setup_s: float  # cold start and start-up, until the slowest function is ready
+    load_s: float  # loading the share of the data the trial trains on
+    load_share: float  # that share of a full run's load
+    iteration_s: tuple[float, ...]  # each iteration's duration, barrier to barrier
 
 
 def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -> Array:
@@ -303,16 +318,43 @@ class _Job:
             finished,
         )
 
-    def _record(
-        self, time_s: float, iterations: float, invocations: int, restarts: int, failures: int,
-        lost_iterations: float, checkpoints: int, finished: bool,
-    ) -> JobRun:
-        """The run's record, billed as the module docstring says."""
+    def bill(self, time_s: float, invocations: int) -> tuple[float, float]:
+        """GB-seconds and dollars of `time_s` on all n functions, as the module docstring says."""
         gb_seconds = self.n * self.memory_mb / 1024 * time_s
         cost = (
             gb_seconds * self.price_gb_s + self.price_ps_s * time_s
             + invocations * self.price_request
         )
+        return gb_seconds, cost
+
+    def trial(self, iterations: int, max_train_s: float) -> TrialRun:
+        """A profiling trial: one round that trains `iterations` iterations, then stops, or
+        stops sooner after the first iteration that ends past `max_train_s` of training.
+
+        It loads only the share of the data it trains on, and no failure, checkpoint or
+        timeout interrupts it: it is seconds long.
+        """
+        cold = self.cold_start(self.n)
+        durations = self.iteration_times(np.ones(iterations))
+        ran = min(iterations, int(np.searchsorted(np.cumsum(durations), max_train_s)) + 1)
+        durations = durations[:ran]
+        share = min(1.0, ran / self.k)
+        setup_s = cold + self.startup_s
+        load_s = self.load_time() * share
+        time_s = setup_s + load_s + float(durations.sum())
+        _, cost = self.bill(time_s, self.n)
+        return TrialRun(
+            functions=self.n, memory_mb=self.memory_mb, time_s=time_s, cost_usd=cost,
+            setup_s=setup_s, load_s=load_s, load_share=share,
+            iteration_s=tuple(float(d) for d in durations),
+        )
+
+    def _record(
+        self, time_s: float, iterations: float, invocations: int, restarts: int, failures: int,
+        lost_iterations: float, checkpoints: int, finished: bool,
+    ) -> JobRun:
+        """The run's record, billed as the module docstring says."""
+        gb_seconds, cost = self.bill(time_s, invocations)
         return JobRun(
             time_s=time_s, cost_usd=cost, gb_seconds=gb_seconds, iterations=iterations,
             invocations=invocations, restarts=restarts, failures=failures,
@@ -330,3 +372,21 @@ def simulate_job(
     past the simulator's limits comes back abandoned (`finished` false), never a hang.
     """
     return _Job(instance, functions, memory_mb, noise, rng).run()
+
+
+def simulate_trial(
+    instance: Instance, functions: int, memory_mb: int, *, iterations: int,
+    max_train_s: float = math.inf, noise: NoiseModel, rng: np.random.Generator,
+) -> TrialRun:
+    """A profiling trial of the plan, as a tuner runs one: `iterations` iterations, or fewer
+    when they pass `max_train_s` seconds of training (the tuner stops a slow trial early)."""
+    if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral) or not (
+        1 <= iterations <= MAX_TRIAL_ITERATIONS
+    ):
+        raise InstanceError(
+            f"`iterations` must be an integer in 1..{MAX_TRIAL_ITERATIONS:,}, "
+            f"got {brief(iterations)}"
+        )
+    if not max_train_s > 0:
+        raise InstanceError(f"`max_train_s` must be a positive number, got {brief(max_train_s)}")
+    return _Job(instance, functions, memory_mb, noise, rng).trial(int(iterations), max_train_s)

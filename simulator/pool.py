@@ -1,7 +1,8 @@
 """Replaying a trace: jobs share one pool of functions and wait, first come first served.
 
-Each job is planned by a strategy when it is submitted, waits until every earlier job has
-started and enough functions are free (strict FIFO: a large job at the head holds back smaller
+Each job is planned by a strategy when it is submitted (its profiling trials, if any, run
+first and hold functions too), waits until every earlier job has started and enough
+functions are free (strict FIFO: a large job at the head holds back smaller
 ones behind it, as a fair queue would), then runs in the simulator for as long as the engine
 says and gives its functions back. Random draws come from two streams per job seeded by
 (seed, job index) — one for planning (a strategy's trial runs), one for the run itself — so
@@ -10,7 +11,8 @@ every strategy meets the same luck on the same job, whatever it consumed while p
 
 from __future__ import annotations
 
-import heapq
+import bisect
+import functools
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -22,10 +24,12 @@ import numpy as np
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.baselines import Strategy, StrategyPlan
 from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
-from lambdadnn.simulator.engine import simulate_job
+from lambdadnn.simulator.engine import TrialRun, simulate_job, simulate_trial
 from lambdadnn.simulator.trace import Job, check_seed
+from lambdadnn.simulator.truth import Truth
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import Instance
 
 _PLAN_STREAM, _RUN_STREAM = 0, 1
 
@@ -107,6 +111,64 @@ def _outcome(
     )
 
 
+def _trial(
+    instance: Instance, noise: NoiseModel, functions: int, memory_mb: int, iterations: int,
+    max_train_s: float, rng: np.random.Generator,
+) -> TrialRun:
+    """A strategy's profiling trial, run under the truth (`baselines.Measure`)."""
+    return simulate_trial(
+        instance, functions, memory_mb, iterations=iterations, max_train_s=max_train_s,
+        noise=noise, rng=rng,
+    )
+
+
+class Capacity:
+    """Functions in use over time, as a step function: where each job's stages fit.
+
+    `times[i]` starts a segment in which `used[i]` functions are held, up to `times[i+1]`;
+    the last segment runs forever with none held (everything placed ends).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.times: list[float] = [0.0]
+        self.used: list[int] = [0]
+
+    def _split(self, at: float) -> int:
+        """The index of the segment starting exactly at `at`, made if need be."""
+        i = bisect.bisect_right(self.times, at) - 1
+        if self.times[i] == at:
+            return i
+        self.times.insert(i + 1, at)
+        self.used.insert(i + 1, self.used[i])
+        return i + 1
+
+    def take(self, start: float, functions: int, seconds: float) -> float:
+        """Hold `functions` for `seconds` from the earliest time ≥ `start` they are free."""
+        i = max(0, bisect.bisect_right(self.times, start) - 1)
+        at = start
+        while True:
+            j = i
+            while j < len(self.times) and (j == i or self.times[j] < at + seconds):
+                if self.used[j] + functions > self.size:
+                    break
+                j += 1
+            else:
+                break
+            i, at = j + 1, self.times[j + 1]  # past the segment that is too full
+        first, last = self._split(at), self._split(at + seconds)
+        for k in range(first, last):
+            self.used[k] += functions
+        return at
+
+    def forget(self, before: float) -> None:
+        """Drop the segments that end before `before`: no stage starts earlier any more."""
+        i = bisect.bisect_right(self.times, before) - 1
+        if i > 0:
+            del self.times[:i]
+            del self.used[:i]
+
+
 def run_trace(
     jobs: Sequence[Job],
     plan_for: Strategy,
@@ -114,46 +176,56 @@ def run_trace(
     pool_size: int = DEFAULT_POOL_SIZE,
     noise: NoiseModel,
     seed: int,
+    truth: Truth | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[JobOutcome]:
     """Plan, queue and simulate every job; outcomes in the order of `jobs`.
 
-    `plan_for(instance, rng, noise)` is a strategy (see `simulator.baselines.STRATEGIES`),
-    called once per job in submission order (ties by index); `progress(done, total)` is called
-    after each job. Events are kept in a heap of running jobs' end times: O(jobs · log jobs)
-    on top of the planning and simulation themselves.
+    `plan_for(instance, rng, noise, measure)` is a strategy (`simulator.strategies`), called
+    once per job in submission order (ties by index) with the job's instance and `noise`:
+    the belief. The engine runs the job, and `measure` the strategy's profiling trials, under
+    `truth` (`simulator.truth`), which the strategy never sees. The trials run first, one
+    after another, each holding its functions in the pool for its seconds; the job starts
+    after the last. `progress(done, total)` is called after each job. Events are kept in a
+    heap of running jobs' end times: O(jobs · log jobs) on top of the planning and simulation.
     """
     if isinstance(pool_size, bool) or not isinstance(pool_size, numbers.Integral) or (
         pool_size < 1
     ):
         raise InstanceError(f"`pool_size` must be a positive integer, got {brief(pool_size)}")
     seed = check_seed(seed)
+    truth = Truth() if truth is None else truth
+    true_noise = truth.noise(noise)
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time_s, i))
     outcomes: dict[int, JobOutcome] = {}
-    running: list[tuple[float, int]] = []  # (end time, functions held)
-    free = int(pool_size)
-    last_start = 0.0  # FIFO: no job starts before one submitted earlier
+    capacity = Capacity(int(pool_size))
+    first_start = 0.0  # FIFO: no job begins before one submitted earlier
     for done, index in enumerate(order, start=1):
         job = jobs[index]
-        plan = plan_for(job.instance, job_rng(seed, index, _PLAN_STREAM), noise)
-        if not plan.found or plan.functions > pool_size:
+        true_instance = truth.instance(job.instance)
+        measure = functools.partial(_trial, true_instance, true_noise)
+        plan = plan_for(job.instance, job_rng(seed, index, _PLAN_STREAM), noise, measure)
+        held = [functions for functions, _ in plan.trials] + [plan.functions]
+        if not plan.found or max(held) > pool_size:
             outcomes[index] = _outcome(
                 index, job, plan, math.inf, time_s=math.inf, cost_usd=0.0, gb_seconds=0.0,
                 restarts=0, failures=0, status="no-plan",
             )
         else:
-            start = max(job.submit_time_s, last_start)
-            while running and (running[0][0] <= start or free < plan.functions):
-                end, held = heapq.heappop(running)
-                free += held
-                start = max(start, end)
+            # The trial stages run one after another, each once its functions are free, then
+            # the job; the job's first stage sets its place in the queue.
+            start = max(job.submit_time_s, first_start)
+            for stage, (functions, seconds) in enumerate(plan.trials):
+                start = capacity.take(start, functions, seconds)
+                first_start = start if stage == 0 else first_start
+                start += seconds
             run = simulate_job(
-                job.instance, plan.functions, plan.memory_mb, noise=noise,
+                true_instance, plan.functions, plan.memory_mb, noise=true_noise,
                 rng=job_rng(seed, index, _RUN_STREAM),
             )
-            free -= plan.functions
-            heapq.heappush(running, (start + run.time_s, plan.functions))
-            last_start = start
+            start = capacity.take(start, plan.functions, run.time_s)
+            first_start = first_start if plan.trials else start
+            capacity.forget(first_start)
             outcomes[index] = _outcome(
                 index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
                 gb_seconds=run.gb_seconds, restarts=run.restarts, failures=run.failures,

@@ -71,6 +71,8 @@ def _evaluation(
         )
     if figure["local_batch"] < 1 - model.BATCH_SLACK:
         violations.append(f"the local batch {figure['local_batch']:.4g} is below 1")
+    if noise is not None:
+        violations += _never_finishes(instance, functions, memory_mb, noise)
     valid = not violations
     deadline = instance.objective.deadline_s
     checked = figure[model.deadline_figure(noise)]  # the very figure the search compares
@@ -121,9 +123,34 @@ def _evaluation(
     )
 
 
-def _no_valid_plan(instance: Instance) -> str:
+def _never_finishes(
+    instance: Instance, functions: int, memory_mb: int, noise: PlanningNoise
+) -> list[str]:
+    """Why a plan never finishes under the declared crashes (MODEL.md, "Failures"), if so."""
+    names = ("crash_load", "crash_load_quantile")
+    values = model.parameter_values(instance.parameters())
+    loads = model.figures(values, functions, memory_mb, names, noise)
+    load, load_quantile = (float(loads[name]) for name in names)
+    if not (load >= 1 or load_quantile >= 1):
+        return []
+    return [
+        f"it never finishes: at `noise.failure_rate_per_hour` = "
+        f"{noise.failure_rate_per_s * 3600:g} its {functions} functions lose to crashes "
+        f"{max(load, load_quantile):.3g} s per second of work (planned for: "
+        f"{load:.3g} expected, {load_quantile:.3g} guaranteed; must be < 1); use fewer "
+        "functions, more memory or a smaller `noise.checkpoint_every`"
+    ]
+
+
+def _no_valid_plan(instance: Instance, noise: PlanningNoise | None = None) -> str:
     """Why no plan within the instance's limits is valid, naming the field to change."""
     top = instance.platform.memory.max_mb
+    if noise is not None and _never_finishes(instance, 1, top, noise):
+        rate = noise.failure_rate_per_s * 3600
+        return (f"instance {instance.name!r} has no valid plan: at `noise.failure_rate_per_hour` "
+                f"= {rate:g} even one function of {top} MB loses to crashes more than a second "
+                "per second of work, so no run ever finishes; lower the failure rate or "
+                "checkpoint more often (`noise.checkpoint_every`)")
     best = model.evaluate(instance.parameters(), 1, top)  # R and B_f^s only grow with m
     if instance.min_memory_mb > top:
         reason = (f"`workload.min_memory_mb` ({instance.min_memory_mb:g}) exceeds the platform's "
@@ -233,7 +260,7 @@ def solve(
         vcpu_memory_mb=loaded.platform.vcpu_memory_mb,
     )
     if box is None:
-        raise NoValidPlanError(_no_valid_plan(loaded))
+        raise NoValidPlanError(_no_valid_plan(loaded, planning))
     if box.bounds.deadline_met:
         meets = box.envelope_time <= deadline
         found = enumerate_candidates(

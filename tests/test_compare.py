@@ -17,6 +17,7 @@ from lambdadnn.simulator.defaults import STRATEGY_NAMES
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.pool import JobOutcome
 from lambdadnn.simulator.trace import generate_trace, write_trace
+from lambdadnn.simulator.truth import Truth
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))
@@ -78,12 +79,27 @@ def test_every_strategy_on_the_same_jobs() -> None:
     for outcomes in results.values():
         assert [o.index for o in outcomes] == list(range(24))
         assert [o.deadline_s for o in outcomes] == [j.deadline_s for j in jobs]
-    ours = summarise("lambdadnn", results["lambdadnn"])
-    naive = summarise("naive", results["naive"])
+    reports = {r.name: r for r in comparison.reports()}
+    ours = reports["lambdadnn"]
     assert ours.deadline_met == 1.0
-    assert ours.total_cost_usd <= 0.4 * naive.total_cost_usd
+    # With no mismatch the exact search costs no more than Algorithm 1 with its information,
+    # and the clairvoyant planner is lambdadnn itself.
+    assert ours.total_cost_usd <= reports["ldnn-alg1-q"].total_cost_usd
+    assert results["clairvoyant"] == results["lambdadnn"]
     again = compare(jobs, ["lambdadnn"], seed=4, noise=NoiseModel(), pool_size=50_000)
     assert again.outcomes["lambdadnn"] == results["lambdadnn"]
+
+
+def test_the_truth_is_not_leaked_to_the_planners() -> None:
+    """Under a slower truth lambdadnn, planning with the belief, misses far more than its
+    guarantee allows; clairvoyant, told the truth, keeps it."""
+    jobs = generate_trace(60, seed=1)
+    comparison = compare(jobs, ["lambdadnn", "clairvoyant"], seed=1, noise=NoiseModel(),
+                         pool_size=50_000, truth=Truth(rate_scale=0.8))
+    reports = {r.name: r for r in comparison.reports()}
+    assert reports["lambdadnn"].deadline_met < 0.8
+    assert reports["clairvoyant"].deadline_met == 1.0
+    assert reports["clairvoyant"].total_cost_usd > reports["lambdadnn"].total_cost_usd
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -104,6 +120,33 @@ def test_compare_cli_json_and_plots(tmp_path: Path) -> None:
                 "mean_abs_prediction_error_s"} <= strategy.keys()
     for name in ("cost_cdf.png", "time_vs_deadline.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert payload["truth"] == {}
+
+
+def test_compare_cli_states_the_truth_it_ran_under() -> None:
+    args = ["compare", "--jobs", "30", "--seed", "1", "--strategies", "lambdadnn,clairvoyant",
+            "--json"]
+    code, out, err = run(*args, "--truth", "rate_scale=0.8", "--truth", "compute_cv=0.2")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["truth"] == {"rate_scale": 0.8, "compute_cv": 0.2}
+    met = {s["name"]: s["deadline_met"] for s in payload["strategies"]}
+    assert met["lambdadnn"] < met["clairvoyant"] == 1.0
+    code, out, _ = run(*args[:-1])
+    assert "truth: as believed" in out
+    code, out, _ = run(*args[:-1], "--truth", "rate_scale=0.8")
+    assert "truth: rate_scale=0.8" in out
+
+
+@pytest.mark.parametrize(("item", "says"), [
+    ("rate", "KEY=VALUE"), ("speed=2", "KEY=VALUE"), ("rate_scale=fast", "must be a number"),
+    ("rate_scale=0", "`truth.rate_scale` must be a number > 0"),
+    ("compute_cv=-1", "`truth.compute_cv` must be a number ≥ 0"),
+    ("rate_scale=nan", "`truth.rate_scale`"),
+])
+def test_bad_truths_are_one_line(item: str, says: str) -> None:
+    code, _, err = run("compare", "--jobs", "3", "--truth", item)
+    assert code == 1 and says in err and err.count("\n") == 1
 
 
 def test_simulate_cli_replays_a_trace(tmp_path: Path) -> None:
@@ -127,3 +170,17 @@ def test_bad_strategy_names_are_one_line() -> None:
 def test_a_missing_trace_is_one_line() -> None:
     code, _, err = run("simulate", "no/such/trace.csv")
     assert code == 1 and err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_compare_generates_the_trace_it_is_asked_for() -> None:
+    args = ["compare", "--jobs", "20", "--rate", "2", "--strategies", "lambdadnn", "--json"]
+    costs = []
+    for extra in ([], ["--arrival", "bursty"], ["--mix", "heavy"]):
+        code, out, err = run(*args, *extra)
+        assert code == 0, err
+        (report,) = json.loads(out)["strategies"]
+        assert report["jobs"] == 20
+        costs.append(report["total_cost_usd"])
+    assert costs[2] > costs[0]  # the same jobs with heavy-tailed epochs cost more
+    code, _, err = run("compare", "--trace", "x.csv", "--mix", "heavy")
+    assert code == 1 and "`--mix`" in err and err.count("\n") == 1

@@ -11,14 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lambdadnn import Instance, InstanceError, load_instance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator import pool
-from lambdadnn.simulator.baselines import STRATEGIES, Strategy, StrategyPlan
+from lambdadnn.simulator.baselines import Measure, Strategy, StrategyPlan
 from lambdadnn.simulator.engine import JobRun
-from lambdadnn.simulator.pool import JobOutcome, run_trace
+from lambdadnn.simulator.pool import Capacity, JobOutcome, run_trace
+from lambdadnn.simulator.strategies import strategy
 from lambdadnn.simulator.trace import Job, generate_trace
+from lambdadnn.simulator.truth import Truth
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = load_instance(ROOT / "instances" / "mobilenet-cifar10.yaml")
@@ -51,10 +55,17 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, float]]:
     return script
 
 
-def _strategy(script: dict[str, tuple[int, float]]) -> Strategy:
-    def plan(instance: Instance, rng: np.random.Generator, noise: NoiseModel) -> StrategyPlan:
+def _strategy(
+    script: dict[str, tuple[int, float]],
+    trials: dict[str, tuple[tuple[int, float], ...]] | None = None,
+) -> Strategy:
+    def plan(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
         functions = script[instance.name][0]
-        return StrategyPlan(functions, 1024, 100.0, 0.0, 0, found=functions > 0)
+        stages = (trials or {}).get(instance.name, ())
+        return StrategyPlan(functions, 1024, 100.0, 0.0, len(stages), found=functions > 0,
+                            trials=stages)
 
     return plan
 
@@ -141,11 +152,15 @@ def test_run_randomness_does_not_depend_on_planning(monkeypatch: pytest.MonkeyPa
         seen.append(float(rng.random()))
         return JobRun(1.0, 0.0, 0.0, 1.0, functions, 0, 0, 0.0, 0)
 
-    def greedy(instance: Instance, rng: np.random.Generator, noise: NoiseModel) -> StrategyPlan:
+    def greedy(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
         rng.random(1000)
         return StrategyPlan(1, 1024, 1.0, 0.0, 0, found=True)
 
-    def frugal(instance: Instance, rng: np.random.Generator, noise: NoiseModel) -> StrategyPlan:
+    def frugal(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
         return StrategyPlan(2, 2048, 1.0, 0.0, 0, found=True)
 
     monkeypatch.setattr(pool, "simulate_job", simulate_job)
@@ -157,7 +172,7 @@ def test_run_randomness_does_not_depend_on_planning(monkeypatch: pytest.MonkeyPa
 
 def test_real_engine_is_deterministic_per_seed() -> None:
     jobs = generate_trace(6, seed=5)
-    naive = STRATEGIES["naive"]
+    naive = strategy("naive")
     first = run_trace(jobs, naive, noise=NOISE, seed=1)
     assert run_trace(jobs, naive, noise=NOISE, seed=1) == first
     other = run_trace(jobs, naive, noise=NOISE, seed=2)
@@ -172,4 +187,82 @@ def test_real_engine_is_deterministic_per_seed() -> None:
 @pytest.mark.parametrize("size", [0, -5, 2.5, True])
 def test_pool_size_must_be_a_positive_integer(size: object) -> None:
     with pytest.raises(InstanceError, match="pool_size"):
-        run_trace([], STRATEGIES["naive"], pool_size=size, noise=NOISE, seed=0)  # type: ignore[arg-type]
+        run_trace([], strategy("naive"), pool_size=size, noise=NOISE, seed=0)  # type: ignore[arg-type]
+
+
+def test_trial_stages_hold_functions_before_the_job(
+    scripted: dict[str, tuple[int, float]],
+) -> None:
+    """a tries twice (18 functions for 10 s, then 5 for 20 s) before its run; b, submitted
+    later, fits beside the second stage but not the first, and its deadline counts the wait."""
+    scripted.update({"a": (10, 100.0), "b": (10, 50.0)})
+    a, b = run_trace(
+        [_job("a", 0.0), _job("b", 1.0, deadline_s=70.0)],
+        _strategy(scripted, {"a": ((18, 10.0), (5, 20.0))}), pool_size=20, noise=NOISE, seed=0,
+    )
+    assert (a.start_time_s, a.end_time_s) == (30.0, 130.0)  # after 10 s + 20 s of trials
+    assert b.start_time_s == 10.0  # 5 + 10 ≤ 20 once the first stage is over; before a's run
+    assert b.met_deadline  # ends at 60 s, 59 s after submission
+
+
+def test_a_trial_larger_than_the_pool_means_no_plan(
+    scripted: dict[str, tuple[int, float]],
+) -> None:
+    scripted.update({"a": (10, 100.0)})
+    (a,) = run_trace([_job("a", 0.0)], _strategy(scripted, {"a": ((21, 1.0),)}),
+                     pool_size=20, noise=NOISE, seed=0)
+    assert a.status == "no-plan" and not a.met_deadline
+
+
+def test_the_engine_runs_the_truth_and_the_planner_sees_the_belief(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: dict[str, list[float]] = {"planned": [], "ran": [], "cv": []}
+
+    def simulate_job(
+        instance: Instance, functions: int, memory_mb: int, *, noise: NoiseModel,
+        rng: np.random.Generator,
+    ) -> JobRun:
+        seen["ran"].append(instance.profile.rate.slope)
+        seen["cv"].append(noise.compute_cv)
+        return JobRun(1.0, 0.0, 0.0, 1.0, functions, 0, 0, 0.0, 0)
+
+    def planner(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
+        seen["planned"].append(instance.profile.rate.slope)
+        assert noise == NOISE
+        return StrategyPlan(1, 1024, 1.0, 0.0, 0, found=True)
+
+    monkeypatch.setattr(pool, "simulate_job", simulate_job)
+    run_trace([_job("a", 0.0)], planner, noise=NOISE, seed=0,
+              truth=Truth(rate_scale=0.5, compute_cv=0.3))
+    assert seen["planned"] == [BASE.profile.rate.slope]
+    assert seen["ran"] == [pytest.approx(BASE.profile.rate.slope * 0.5)]
+    assert seen["cv"] == [0.3]
+
+
+def _usage_at(placed: list[tuple[float, float, int]], moment: float) -> int:
+    return sum(f for start, end, f in placed if start <= moment < end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 100), st.integers(1, 10), st.floats(0.5, 50)),
+                min_size=1, max_size=25))
+def test_capacity_is_never_exceeded_and_starts_are_earliest(
+    requests: list[tuple[float, int, float]],
+) -> None:
+    """Property: every placement starts at or after its request, never exceeds the pool at
+    any moment, and could not have started at any earlier moment where usage changes."""
+    capacity, placed = Capacity(10), []
+    for start, functions, seconds in requests:
+        at = capacity.take(start, functions, seconds)
+        assert at >= start
+        moments = np.array(sorted({start} | {p for s, e, _ in placed for p in (s, e)}))
+        for earlier in moments[(moments >= start) & (moments < at)]:
+            window = [earlier] + [p for s, e, _ in placed for p in (s, e)
+                                  if earlier <= p < earlier + seconds]
+            assert max(_usage_at(placed, w) for w in window) + functions > 10
+        placed.append((at, at + seconds, functions))
+        for s, _, _ in placed:
+            assert _usage_at(placed, s) <= 10

@@ -25,10 +25,11 @@ from lambdadnn import InstanceError, NoiseModel, load_instance
 from lambdadnn.cli import main
 from lambdadnn.models.performance import evaluate
 from lambdadnn.simulator import engine, trace
-from lambdadnn.simulator.baselines import NO_PLAN, STRATEGIES, power_tuning
-from lambdadnn.simulator.compare import compare, strategy, summarise
-from lambdadnn.simulator.engine import simulate_job
+from lambdadnn.simulator.baselines import NO_PLAN
+from lambdadnn.simulator.compare import compare, summarise
+from lambdadnn.simulator.engine import simulate_job, simulate_trial
 from lambdadnn.simulator.pool import run_trace
+from lambdadnn.simulator.strategies import strategy
 from lambdadnn.simulator.trace import COLUMNS, Job, generate_trace, read_trace
 
 HEADER = "submit_time_s,instance,epochs,deadline_s\n"
@@ -72,12 +73,20 @@ def with_epochs(epochs: int) -> object:
 
 @pytest.mark.parametrize("rate", ["100", "1e6"])
 def test_a_hopeless_failure_rate_ends_with_a_report(tmp_path: Path, rate: str) -> None:
+    """A planner that ignores crashes runs the jobs, which the simulator abandons; lambdadnn,
+    told the rate, runs only plans that finish (at 100/h 1D-CNN's do: its checkpoints come
+    more often than its crashes), and none at 10⁶/h."""
     trace_file = write(tmp_path / "t.csv", "0,mobilenet-cifar10,6,900\n5,1dcnn-imdb,10,900\n")
-    result = cli("simulate", str(trace_file), "--failure-rate", rate, "--json")
-    assert result.returncode == 0, result.stderr
-    payload = json.loads(result.stdout)
-    assert payload["strategy"]["abandoned"] == 2 and payload["strategy"]["deadline_met"] == 0
-    assert {job["status"] for job in payload["jobs"]} == {"abandoned"}
+    statuses = {}
+    for strategy_name in ("ldnn-alg1", "lambdadnn"):
+        result = cli("simulate", str(trace_file), "--strategy", strategy_name,
+                     "--failure-rate", rate, "--json")
+        assert result.returncode == 0, result.stderr
+        payload = json.loads(result.stdout)
+        statuses[strategy_name] = [job["status"] for job in payload["jobs"]]
+        assert payload["strategy"]["abandoned"] == statuses[strategy_name].count("abandoned")
+    assert statuses["ldnn-alg1"] == ["abandoned", "ok" if rate == "100" else "abandoned"]
+    assert statuses["lambdadnn"] == (["no-plan", "ok"] if rate == "100" else ["no-plan"] * 2)
 
 
 def test_a_trillion_epochs_end_with_a_report_or_one_line(tmp_path: Path) -> None:
@@ -140,12 +149,12 @@ def test_an_abandoned_job_misses_its_deadline_and_pays_what_it_ran() -> None:
         Job(0.0, "huge", 10**12, 10**30, huge),  # type: ignore[arg-type]
         Job(1.0, "small", 6, 5000.0, MOBILENET),
     ]
-    outcomes = run_trace(jobs, STRATEGIES["ldnn-alg1"], pool_size=14, noise=NoiseModel(),
+    outcomes = run_trace(jobs, strategy("ldnn-alg1"), pool_size=14, noise=NoiseModel(),
                          seed=0)
     assert [o.status for o in outcomes] == ["abandoned", "ok"]
     assert not outcomes[0].met_deadline and outcomes[1].met_deadline
     assert outcomes[1].start_time_s == 1.0  # the abandoned job holds the pool no longer
-    stuck = run_trace(jobs[1:], STRATEGIES["ldnn-alg1"], noise=NoiseModel(
+    stuck = run_trace(jobs[1:], strategy("ldnn-alg1"), noise=NoiseModel(
         failure_rate_per_hour=1e6), seed=0)
     assert stuck[0].status == "abandoned" and not stuck[0].met_deadline
     assert stuck[0].time_s > 0 and stuck[0].cost_usd > 0
@@ -155,11 +164,20 @@ def test_an_abandoned_job_misses_its_deadline_and_pays_what_it_ran() -> None:
         abs(outcomes[1].predicted_time_s - outcomes[1].time_s))
 
 
-def test_trials_that_are_abandoned_count_as_endless() -> None:
-    """Power tuning never keeps a plan whose trial the simulator gave up on."""
-    stuck = NoiseModel(failure_rate_per_hour=1e6)
-    plan = power_tuning(MOBILENET, np.random.default_rng(0), noise=stuck)
-    assert plan.found and math.isfinite(plan.exploration_cost_usd)
+def test_a_trial_of_an_endless_job_is_seconds_long() -> None:
+    """A profiling trial stops at its iteration cap or its training-time cap, whatever the
+    job: a trillion epochs cost a tuner no more than a few iterations."""
+    huge = with_epochs(10**12)
+    run = simulate_trial(huge, 1, 10240, iterations=20, max_train_s=30.0, noise=NoiseModel(),
+                         rng=np.random.default_rng(0))
+    assert len(run.iteration_s) == 20 and math.isfinite(run.cost_usd)
+    slow = simulate_trial(huge, 1, 448, iterations=1000, max_train_s=5.0, noise=NoiseModel(),
+                          rng=np.random.default_rng(0))
+    assert sum(slow.iteration_s[:-1]) < 5.0 <= sum(slow.iteration_s)
+    for bad in (0, 1001, 2.5, True):
+        with pytest.raises(InstanceError, match="`iterations`"):
+            simulate_trial(huge, 1, 448, iterations=bad, noise=NoiseModel(),  # type: ignore[arg-type]
+                           rng=np.random.default_rng(0))
 
 
 # 2. Errors raised on purpose are LambdaDnnErrors in one line.
@@ -194,7 +212,7 @@ def test_unknown_or_repeated_strategies_fail_before_any_simulation() -> None:
 @pytest.mark.parametrize("seed", [-1, 2.5, True, "1"])
 def test_bad_seeds_are_instance_errors(seed: object) -> None:
     with pytest.raises(InstanceError, match="`seed`"):
-        run_trace([], STRATEGIES["naive"], noise=NoiseModel(), seed=seed)  # type: ignore[arg-type]
+        run_trace([], strategy("naive"), noise=NoiseModel(), seed=seed)  # type: ignore[arg-type]
     with pytest.raises(InstanceError, match="`seed`"):
         generate_trace(1, seed=seed)  # type: ignore[arg-type]
 
@@ -202,9 +220,9 @@ def test_bad_seeds_are_instance_errors(seed: object) -> None:
 def test_numpy_integers_are_integers() -> None:
     jobs = generate_trace(np.int64(2), seed=np.int64(3))  # type: ignore[arg-type]
     assert jobs == generate_trace(2, seed=3)
-    outcomes = run_trace(jobs, STRATEGIES["naive"], pool_size=np.int64(50),  # type: ignore[arg-type]
+    outcomes = run_trace(jobs, strategy("naive"), pool_size=np.int64(50),  # type: ignore[arg-type]
                          noise=NoiseModel(), seed=np.int64(3))  # type: ignore[arg-type]
-    assert outcomes == run_trace(jobs, STRATEGIES["naive"], pool_size=50, noise=NoiseModel(),
+    assert outcomes == run_trace(jobs, strategy("naive"), pool_size=50, noise=NoiseModel(),
                                  seed=3)
 
 

@@ -1,0 +1,248 @@
+"""`lambdadnn sweep`: a Dask run equals the serial one, intervals, truths, errors, clean-up."""
+
+from __future__ import annotations
+
+import math
+import os
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from lambdadnn.cli import main
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator.sweep import (
+    Cell,
+    Setup,
+    aggregate,
+    grid,
+    interval,
+    one_factor_truths,
+    plot,
+    run_dask,
+    run_serial,
+    t_quantile,
+)
+from lambdadnn.simulator.truth import Truth
+from lambdadnn.solver.errors import InstanceError
+
+LAMBDADNN = Path(sys.executable).with_name("lambdadnn")
+SLOWED = Truth(rate_scale=0.8)
+
+
+@pytest.fixture(scope="module")
+def runs() -> tuple[list[Cell], list[dict[str, Any]], list[dict[str, Any]], int]:
+    """2 strategies × 2 seeds × 2 truths × 40 jobs, serially and on a 2-worker LocalCluster."""
+    cells = grid(["lambdadnn", "naive"], [0, 1], [Truth(), SLOWED], [0.2])
+    setup = Setup(40)
+    serial = run_serial(cells, setup)
+    on_dask, workers = run_dask(cells, setup, workers=2)
+    return cells, serial, on_dask, workers
+
+
+def _without_wall(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: value for key, value in result.items() if key != "wall_s"}
+            for result in results]
+
+
+def test_dask_gives_exactly_the_serial_numbers(runs: Any) -> None:
+    cells, serial, on_dask, workers = runs
+    assert workers == 2
+    assert len(on_dask) == len(cells) == 8
+    assert _without_wall(on_dask) == _without_wall(serial)  # equal, not approximately
+    assert [(r["strategy"], r["seed"], r["truth"]) for r in on_dask] == [
+        (c.strategy, c.seed, c.truth.changed()) for c in cells
+    ]
+
+
+def test_the_truth_reaches_the_engine(runs: Any) -> None:
+    """A slower truth than believed makes lambdadnn miss, seed by seed: ignored, it could not."""
+    cells, serial, _, _ = runs
+    met = {(c.strategy, c.seed, c.truth): r["deadline_met"]
+           for c, r in zip(cells, serial, strict=True)}
+    for seed in (0, 1):
+        assert met["lambdadnn", seed, SLOWED] < met["lambdadnn", seed, Truth()]
+
+
+def test_aggregates_are_means_and_t_intervals_over_seeds(runs: Any) -> None:
+    cells, serial, _, _ = runs
+    rows = aggregate(cells, serial)
+    assert [(row["strategy"], row["truth"]) for row in rows] == [
+        ("lambdadnn", {}), ("naive", {}), ("lambdadnn", {"rate_scale": 0.8}),
+        ("naive", {"rate_scale": 0.8}),
+    ]
+    for row in rows:
+        for metric in ("deadline_met", "total_cost_usd", "mean_cost_usd"):
+            values = [r[metric] for c, r in zip(cells, serial, strict=True) if
+                      (c.strategy, c.truth.changed()) == (row["strategy"], row["truth"])]
+            assert len(values) == 2
+            mean = statistics.fmean(values)
+            half = 12.706204736174698 * statistics.stdev(values) / math.sqrt(2)  # t(.975, 1)
+            assert row[metric]["mean"] == pytest.approx(mean, rel=1e-12)
+            assert row[metric]["ci95"] == pytest.approx([mean - half, mean + half], rel=1e-9)
+
+
+@pytest.mark.parametrize(("df", "table"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262),
+                                           (30, 2.042), (120, 1.980)])
+def test_t_quantile_matches_the_textbook_table(df: int, table: float) -> None:
+    assert abs(t_quantile(0.975, df) - table) < 5e-4
+
+
+def test_t_quantile_matches_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for df in range(1, 80):
+        for p in (0.9, 0.975, 0.995):
+            assert t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), rel=1e-9)
+
+
+def test_interval_by_hand_and_with_one_seed() -> None:
+    result = interval([0.9, 0.95, 1.0])  # mean 0.95, s = 0.05, t(.975, 2) = 4.302652729…
+    half = 4.302652729911275 * 0.05 / math.sqrt(3)
+    assert result["mean"] == pytest.approx(0.95)
+    assert result["ci95"] == pytest.approx([0.95 - half, 0.95 + half])
+    alone = interval([0.7])
+    assert alone["mean"] == 0.7 and alone["ci95"] is None and "2 seeds" in alone["no_interval"]
+
+
+def test_one_factor_truths_keep_the_reference_first() -> None:
+    truths = one_factor_truths(["rate_scale=0.8,1,0.9", "compute_cv=0.2"])
+    assert truths == [Truth(), Truth(rate_scale=0.8), Truth(rate_scale=0.9),
+                      Truth(compute_cv=0.2)]
+
+
+def test_plots_per_key_and_against_the_rate(tmp_path: Path) -> None:
+    cells = grid(["lambdadnn", "naive"], [0, 1], [Truth(), Truth(compute_cv=0.3),
+                                                   Truth(saturates_at_mb=3008)], [0.2, 0.5])
+    results = [{"deadline_met": 0.5 + 0.1 * c.seed, "total_cost_usd": 10.0 + c.seed,
+                "mean_cost_usd": 0.1 * (1 + c.seed), "seed": c.seed} for c in cells]
+    written = plot(aggregate(cells, results), tmp_path, NoiseModel())
+    assert sorted(p.name for p in written) == [
+        "met_vs_rate.png", "truth_compute_cv_rate0.2.png", "truth_compute_cv_rate0.5.png",
+        "truth_saturates_at_mb_rate0.2.png", "truth_saturates_at_mb_rate0.5.png",
+    ]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def test_cli_sweep_json(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "sweep", "--strategies", "lambdadnn", "--seed-list", "3", "--truth", "compute_cv=0.3",
+        "--jobs", "6", "--workers", "1", "--plots", str(tmp_path), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    import json
+
+    payload = json.loads(result.stdout)
+    assert payload["workers"] == 1 and payload["seeds"] == [3]
+    assert payload["truths"] == [{}, {"compute_cv": 0.3}]
+    assert [cell["truth"] for cell in payload["cells"]] == [{}, {"compute_cv": 0.3}]
+    first = payload["aggregates"][0]
+    assert first["deadline_met"]["ci95"] is None and first["deadline_met"]["no_interval"]
+    assert payload["plots"] == [str(tmp_path / "truth_compute_cv.png")]
+    assert payload["wall_s"] > 0
+
+
+@pytest.mark.parametrize(("arguments", "named"), [
+    (["--seeds", "2", "--seed-list", "0,1"], "`--seeds` and `--seed-list`"),
+    (["--seed-list", "0,x"], "`--seed-list`"),
+    (["--seed-list", "1,1"], "`--seed-list`"),
+    (["--seed-list", "-1"], "`--seed-list`"),
+    (["--rates", "0.2,0"], "`--rates`"),
+    (["--rates", "0.2,nan"], "`--rates`"),
+    (["--truth", "rate_scale=0.8,abc"], "`--truth`"),
+    (["--truth", "speed=2"], "`--truth`"),
+    (["--truth", "rate_scale"], "`--truth`"),
+    (["--truth", "rate_scale=-1"], "`truth.rate_scale`"),
+    (["--truth", "rate_scale=0.8", "--truth", "rate_scale=0.9"], "`--truth`"),
+    (["--strategies", "lambdadnn,nope"], "`--strategies`"),
+    (["--arrival", "nope"], "`arrival`"),
+    (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "`--workers`"),
+])
+def test_bad_options_are_one_line_errors(arguments: list[str], named: str) -> None:
+    result = CliRunner().invoke(main, ["sweep", "--jobs", "5", *arguments])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], lines
+
+
+def test_a_file_as_plot_folder_is_refused_before_the_sweep(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.write_text("")
+    result = CliRunner().invoke(main, ["sweep", "--plots", str(target / "plots")])
+    assert result.exit_code == 1 and "`--plots`" in result.stderr
+
+
+def test_an_unreachable_scheduler_is_one_line_naming_it() -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    cells = grid(["naive"], [0], [Truth()], [0.2])
+    with pytest.raises(InstanceError) as caught:
+        run_dask(cells, Setup(5), scheduler=address, connect_timeout_s=1)
+    message = str(caught.value)
+    assert "`--scheduler`" in message and address in message and "\n" not in message
+
+
+def test_without_dask_one_line_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed → ImportError
+    with pytest.raises(InstanceError, match=r"pip install 'lambdadnn\[sweep\]'"):
+        run_dask(grid(["naive"], [0], [Truth()], [0.2]), Setup(5), workers=1)
+
+
+def test_dask_is_imported_only_by_a_sweep() -> None:
+    code = ("import sys, lambdadnn.cli, lambdadnn.simulator.sweep; "
+            "assert 'distributed' not in sys.modules and 'dask' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _alive(processes: list[psutil.Process]) -> list[int]:
+    return [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize(("signum", "group"), [
+    (signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True),  # True: Ctrl-C
+])
+def test_a_stopped_sweep_leaves_no_process(signum: int, group: bool) -> None:
+    sweep = subprocess.Popen(
+        [str(LAMBDADNN), "sweep", "--strategies", "lambdadnn", "--seeds", "4", "--jobs", "3000",
+         "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        parent = psutil.Process(sweep.pid)
+        assert sweep.stderr is not None
+        # The bar's label comes once the cluster runs (a Ctrl-C during its start is ignored).
+        ready, _, _ = select.select([sweep.stderr], [], [], 60)  # a hang guard only
+        assert ready and sweep.stderr.readline() == "sweep\n"
+        time.sleep(0.5)
+        descendants = parent.children(recursive=True)
+        assert len(descendants) >= 2, "the sweep has no worker processes"
+        if group:
+            os.killpg(sweep.pid, signum)
+        else:
+            sweep.send_signal(signum)
+        _, stderr = sweep.communicate(timeout=60)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+    assert sweep.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr  # workers ignore the group's SIGINT; the sweep stops them
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: sweep stopped by {signal.Signals(signum).name}; its Dask cluster was closed"
+    )
+    left = _alive(descendants)
+    for _ in range(50):  # reaped by then, or left behind
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _alive(descendants)
+    assert left == []
