@@ -2,7 +2,7 @@
 
 A strategy maps a job to a plan: `strategy(instance, rng, noise, measure)`. It sees the job's
 instance and the noise model it is configured with (the belief) and may run profiling trials
-with `measure(functions, memory_mb, iterations, max_train_s, rng)`, which the simulator runs
+with `measure(functions, memory_mb, iterations, max_s, rng)`, which the simulator runs
 under the truth (`simulator.truth`) the strategy never sees. This module has the model-based
 baselines; `simulator.tuners` those that measure, `simulator.strategies` the registry.
 
@@ -60,7 +60,7 @@ class StrategyPlan:
     trials: tuple[tuple[int, float], ...] = ()
 
 
-# A profiling trial under the truth: (functions, memory_mb, iterations, max_train_s, rng) →
+# A profiling trial under the truth: (functions, memory_mb, iterations, max_s, rng) →
 # what it measured (`simulator.engine.simulate_trial`).
 Measure = Callable[[int, int, int, float, np.random.Generator], TrialRun]
 Strategy = Callable[[Instance, np.random.Generator, NoiseModel, Measure], StrategyPlan]

@@ -7,6 +7,7 @@ differences in the report come from the plans alone.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -52,10 +53,12 @@ class StrategyReport:
 
 def summarise(name: str, outcomes: Sequence[JobOutcome], seconds: float = 0.0) -> StrategyReport:
     """Aggregate per-job outcomes; jobs a strategy could not plan count as missed, cost 0;
-    abandoned jobs count as missed, with what they ran, and without a prediction error."""
+    abandoned jobs count as missed, with what they ran, and without a prediction error, as do
+    jobs run on a plan the strategy predicted would never end."""
     ran = [o for o in outcomes if o.status != "no-plan"]
     total = sum(o.cost_usd + o.exploration_cost_usd for o in outcomes)
-    errors = [abs(o.predicted_time_s - o.time_s) for o in ran if o.status == "ok"]
+    errors = [abs(o.predicted_time_s - o.time_s) for o in ran
+              if o.status == "ok" and math.isfinite(o.predicted_time_s)]
     return StrategyReport(
         name=name,
         jobs=len(outcomes),

@@ -118,9 +118,9 @@ class TrialRun:
     time_s: float  # how long it held its functions: setup, load and iterations
     cost_usd: float
     setup_s: float  # cold start and start-up, until the slowest function is ready
-    load_s: float  # loading the share of the data the trial trains on
+    load_s: float  # loading the share of the data the trial trains on (cut at the limit)
     load_share: float  # that share of a full run's load
-    iteration_s: tuple[float, ...]  # each iteration's duration, barrier to barrier
+    iteration_s: tuple[float, ...]  # each completed iteration's duration, barrier to barrier
 
 
 def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -> Array:
@@ -327,25 +327,23 @@ class _Job:
         )
         return gb_seconds, cost
 
-    def trial(self, iterations: int, max_train_s: float) -> TrialRun:
-        """A profiling trial: one round that trains `iterations` iterations, then stops, or
-        stops sooner after the first iteration that ends past `max_train_s` of training.
-
-        It loads only the share of the data it trains on, and no failure, checkpoint or
-        timeout interrupts it: it is seconds long.
+    def trial(self, iterations: int, max_s: float) -> TrialRun:
+        """A profiling trial: one round that loads the share of the data `iterations`
+        iterations train on, then trains them, stopped once its functions are up for `max_s`
+        seconds (the tuner's limit): what it completed by then is what it measured.
+        No failure, checkpoint or timeout interrupts it.
         """
-        cold = self.cold_start(self.n)
-        durations = self.iteration_times(np.ones(iterations))
-        ran = min(iterations, int(np.searchsorted(np.cumsum(durations), max_train_s)) + 1)
-        durations = durations[:ran]
-        share = min(1.0, ran / self.k)
-        setup_s = cold + self.startup_s
+        setup_s = self.cold_start(self.n) + self.startup_s
+        share = min(1.0, iterations / self.k)
         load_s = self.load_time() * share
-        time_s = setup_s + load_s + float(durations.sum())
+        ends = load_s + np.cumsum(self.iteration_times(np.ones(iterations)))
+        ran = int(np.searchsorted(ends, max_s, side="right"))
+        durations = np.diff(ends[:ran], prepend=load_s)
+        time_s = setup_s + (float(ends[-1]) if ran == iterations else max_s)
         _, cost = self.bill(time_s, self.n)
         return TrialRun(
             functions=self.n, memory_mb=self.memory_mb, time_s=time_s, cost_usd=cost,
-            setup_s=setup_s, load_s=load_s, load_share=share,
+            setup_s=setup_s, load_s=min(load_s, max_s), load_share=share,
             iteration_s=tuple(float(d) for d in durations),
         )
 
@@ -376,10 +374,11 @@ def simulate_job(
 
 def simulate_trial(
     instance: Instance, functions: int, memory_mb: int, *, iterations: int,
-    max_train_s: float = math.inf, noise: NoiseModel, rng: np.random.Generator,
+    max_s: float = math.inf, noise: NoiseModel, rng: np.random.Generator,
 ) -> TrialRun:
-    """A profiling trial of the plan, as a tuner runs one: `iterations` iterations, or fewer
-    when they pass `max_train_s` seconds of training (the tuner stops a slow trial early)."""
+    """A profiling trial of the plan, as a tuner runs one: `iterations` iterations, stopped
+    after `max_s` seconds from the moment its functions are up (the tuner's limit), with what
+    it completed by then. A trial that completed no iteration measured nothing."""
     if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral) or not (
         1 <= iterations <= MAX_TRIAL_ITERATIONS
     ):
@@ -387,6 +386,6 @@ def simulate_trial(
             f"`iterations` must be an integer in 1..{MAX_TRIAL_ITERATIONS:,}, "
             f"got {brief(iterations)}"
         )
-    if not max_train_s > 0:
-        raise InstanceError(f"`max_train_s` must be a positive number, got {brief(max_train_s)}")
-    return _Job(instance, functions, memory_mb, noise, rng).trial(int(iterations), max_train_s)
+    if not max_s > 0:
+        raise InstanceError(f"`max_s` must be a positive number, got {brief(max_s)}")
+    return _Job(instance, functions, memory_mb, noise, rng).trial(int(iterations), max_s)

@@ -113,12 +113,11 @@ def _outcome(
 
 def _trial(
     instance: Instance, noise: NoiseModel, functions: int, memory_mb: int, iterations: int,
-    max_train_s: float, rng: np.random.Generator,
+    max_s: float, rng: np.random.Generator,
 ) -> TrialRun:
     """A strategy's profiling trial, run under the truth (`baselines.Measure`)."""
     return simulate_trial(
-        instance, functions, memory_mb, iterations=iterations, max_train_s=max_train_s,
-        noise=noise, rng=rng,
+        instance, functions, memory_mb, iterations=iterations, max_s=max_s, noise=noise, rng=rng
     )
 
 

@@ -8,6 +8,8 @@ counts against the job's deadline. Each strategy keeps what it measured, per wor
 instance without its epochs and deadline) and plan, for the jobs that follow: a plan measured
 once is not measured again, so a stream of jobs of one workload pays for exploring once.
 
+A trial is stopped `TRIAL_MAX_S` seconds after its functions are up, with the iterations it
+completed by then; a plan that completed none within it is too slow to consider.
 A measured plan is extrapolated to a job of k iterations with the same test `lambdadnn`
 applies, at the same guarantee p (z = Φ⁻¹(p)): from the N iteration times seen, mean μ and
 standard deviation σ, the run takes load + k·μ + z·σ·√(k + k²/N) (the spread of k iterations
@@ -45,7 +47,7 @@ SAMPLE_SEARCH_LIMIT = 4 * SAMPLE_SEARCH_BUDGET  # plans kept per workload: then 
 # Local refinements perturb the incumbent's n and m by lognormal factors of this σ (≈ ±30%).
 REFINE_SIGMA = 0.3
 TRIAL_ITERATIONS = 20
-TRIAL_MAX_S = 30.0  # a trial stops after the iteration that passes this much training
+TRIAL_MAX_S = 60.0  # a trial is stopped this long after its functions are up
 
 
 @dataclass
@@ -59,10 +61,14 @@ class Measured:
     def add(self, run: TrialRun) -> None:
         self.iteration_s.extend(run.iteration_s)
         self.setup_s.append(run.setup_s)
-        self.full_load_s.append(run.load_s / run.load_share)
+        if run.iteration_s:  # else its load may have been cut short
+            self.full_load_s.append(run.load_s / run.load_share)
 
     def predict(self, instance: Instance, functions: int, memory_mb: int, z: float) -> float:
-        """The run's time at quantile z (z = 0: its expected time), as the docstring says."""
+        """The run's time at quantile z (z = 0: its expected time), as the docstring says;
+        infinite for a plan too slow to complete one iteration within a trial."""
+        if not self.iteration_s:
+            return math.inf
         values = performance.parameter_values(instance.parameters())
         k = float(performance.figures(values, functions, memory_mb, ("iterations",))["iterations"])
         samples = len(self.iteration_s)

@@ -65,11 +65,11 @@ def _measure(instance: Instance) -> Callable[[int, int, int, float, np.random.Ge
     """Trials as the pool runs them, here under the belief itself."""
 
     def measure(
-        functions: int, memory_mb: int, iterations: int, max_train_s: float,
+        functions: int, memory_mb: int, iterations: int, max_s: float,
         rng: np.random.Generator,
     ) -> TrialRun:
         return simulate_trial(instance, functions, memory_mb, iterations=iterations,
-                              max_train_s=max_train_s, noise=NOISE, rng=rng)
+                              max_s=max_s, noise=NOISE, rng=rng)
 
     return measure
 

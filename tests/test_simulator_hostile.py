@@ -165,15 +165,22 @@ def test_an_abandoned_job_misses_its_deadline_and_pays_what_it_ran() -> None:
 
 
 def test_a_trial_of_an_endless_job_is_seconds_long() -> None:
-    """A profiling trial stops at its iteration cap or its training-time cap, whatever the
-    job: a trillion epochs cost a tuner no more than a few iterations."""
+    """A profiling trial stops at its iteration count or its time limit, whatever the job: a
+    trillion epochs, or a memory size where the rate is a rounding error above zero, cost a
+    tuner no more than the limit."""
     huge = with_epochs(10**12)
-    run = simulate_trial(huge, 1, 10240, iterations=20, max_train_s=30.0, noise=NoiseModel(),
+    run = simulate_trial(huge, 1, 10240, iterations=20, max_s=60.0, noise=NoiseModel(),
                          rng=np.random.default_rng(0))
-    assert len(run.iteration_s) == 20 and math.isfinite(run.cost_usd)
-    slow = simulate_trial(huge, 1, 448, iterations=1000, max_train_s=5.0, noise=NoiseModel(),
+    assert len(run.iteration_s) == 20 and run.time_s < run.setup_s + 60.0
+    slow = simulate_trial(huge, 1, 448, iterations=1000, max_s=5.0, noise=NoiseModel(),
                           rng=np.random.default_rng(0))
-    assert sum(slow.iteration_s[:-1]) < 5.0 <= sum(slow.iteration_s)
+    assert 0 < len(slow.iteration_s) < 1000
+    assert slow.load_s + sum(slow.iteration_s) <= 5.0 == slow.time_s - slow.setup_s
+    espcn = load_instance("instances/espcn-bsds500.yaml")  # R(m) = 0.001·m − 2.3
+    crawl = simulate_trial(espcn, 8, 2301, iterations=20, max_s=60.0, noise=NoiseModel(),
+                           rng=np.random.default_rng(0))
+    assert crawl.iteration_s == () and crawl.time_s == crawl.setup_s + 60.0
+    assert crawl.cost_usd < 0.05  # a minute of 8 functions of 2.25 GB, not 10¹³ dollars
     for bad in (0, 1001, 2.5, True):
         with pytest.raises(InstanceError, match="`iterations`"):
             simulate_trial(huge, 1, 448, iterations=bad, noise=NoiseModel(),  # type: ignore[arg-type]

@@ -50,19 +50,19 @@ class Recorder:
         self.runs: list[TrialRun] = []
 
     def __call__(
-        self, functions: int, memory_mb: int, iterations: int, max_train_s: float,
+        self, functions: int, memory_mb: int, iterations: int, max_s: float,
         rng: np.random.Generator,
     ) -> TrialRun:
-        return self.measure(self.instance, functions, memory_mb, iterations, max_train_s, rng)
+        return self.measure(self.instance, functions, memory_mb, iterations, max_s, rng)
 
     def on(self, instance: Instance) -> Measure:
         self.instance = self.truth.instance(instance)
         return self
 
     def measure(self, instance: Instance, functions: int, memory_mb: int, iterations: int,
-                max_train_s: float, rng: np.random.Generator) -> TrialRun:
+                max_s: float, rng: np.random.Generator) -> TrialRun:
         run = simulate_trial(instance, functions, memory_mb, iterations=iterations,
-                             max_train_s=max_train_s, noise=self.truth.noise(NOISE), rng=rng)
+                             max_s=max_s, noise=self.truth.noise(NOISE), rng=rng)
         self.runs.append(run)
         return run
 
@@ -183,3 +183,17 @@ def test_trials_measure_the_truth_not_the_belief(truth: Truth) -> None:
     believed = evaluate(belief, functions=6, memory_mb=3008).time_s
     if truth != Truth():
         assert abs(believed - actual) / actual > 0.1  # the belief alone would be off
+
+
+def test_a_plan_too_slow_for_one_iteration_in_a_trial_is_never_chosen_to_meet() -> None:
+    """ESPCN at 2,301 MB trains at 0.001 samples/s: its trial completes no iteration, so it
+    predicts an endless run, and a tuner never picks it when a measured plan meets."""
+    espcn = _instance("espcn-bsds500")
+    crawl = simulate_trial(espcn, 8, 2301, iterations=TRIAL_ITERATIONS, max_s=TRIAL_MAX_S,
+                           noise=NOISE, rng=np.random.default_rng(0))
+    measured = Measured()
+    measured.add(crawl)
+    assert measured.predict(espcn, 8, 2301, 0.0) == math.inf
+    tuner = PowerTuning(GUARANTEE, memories=(2301, 10240))
+    plan = tuner(espcn, np.random.default_rng(1), NOISE, Recorder().on(espcn))
+    assert plan.memory_mb == 10240 and math.isfinite(plan.predicted_time_s)
