@@ -50,10 +50,12 @@ COVERAGE := --cov=lambdadnn.models --cov=lambdadnn.solver --cov-report=term
 pytest: $(VENV)/.installed-test $(REDIS_SERVER)
 	.ci/with-services $(BIN)/pytest $(COVERAGE)
 
-## bench: solve() vs brute force and Algorithm 1; 10,000 simulated jobs vs the 60 s target
+## bench: solve() vs brute force and Algorithm 1; 10,000 simulated jobs vs the 60 s target;
+## a 90-cell sweep on the local Dask cluster vs its 10-minute target
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.solve
 	$(BIN)/python -m benchmarks.simulate
+	$(BIN)/python -m benchmarks.sweep
 
 ## calibrate: profile both shipped workloads here, launch held-out plans solved from the
 ## profiles, print measured against predicted time (about 25 minutes; needs an idle machine)
