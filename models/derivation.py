@@ -144,18 +144,20 @@ def _prove_crashes() -> None:
     its quantile and the restarts non-increasing): each is built of monotone parts.
 
     Expected: E·x/max(0, 1 − x), non-decreasing in the exposure E and the load x (x enters
-    through max(0, 1 − x), non-increasing in x). Guaranteed: b·N(λU) with U the larger root
-    of U = E_q + b·N(λU), N(Λ) = Λ + √(2aΛ) + a/3, written for √U by the quadratic formula.
-    H(U) = U − E_q − b·N(λU) is positive past that root (a quadratic in √U with a positive
-    leading coefficient 1 − λb) and falls as E_q, b or λ grow, so the root moves right and
-    b·N(λU) grows: proved here by checking the root solves the quadratic and the signs of H.
+    through max(0, 1 − x), non-increasing in x). Guaranteed: B(λU) = λU·c + √(2a·λU·b·c) +
+    a·b/3 with U the larger root of U = E_q + B(λU), written for √U by the quadratic formula.
+    H(U) = U − E_q − B(λU) is positive past that root (a quadratic in √U with a positive
+    leading coefficient 1 − λc) and falls as E_q, b, c or λ grow, so the root moves right and
+    B(λU) grows: proved here by checking the root solves the quadratic and the signs of H.
     Each loss is 0 without crashes (phi = 0) and checked to be the model's.
     """
     t_iter, exposure, load = sp.symbols("t_iter E x", nonnegative=True)
     slack = sp.Symbol("w", positive=True)  # where it is 0 the loss is +∞, the top of the order
-    for label, load_term in (("the crash load", model.crash_load),
-                             ("the guaranteed crash load", model.crash_load_quantile)):
-        _monotone(label, load_term, {model.t_iteration: t_iter}, (t_iter,))
+    for label, term in (("the crash load", model.crash_load),
+                        ("the guaranteed crash load", model.crash_load_quantile),
+                        ("the guaranteed loss per crash", model.crash_cost_quantile),
+                        ("its mean", model.crash_mean_quantile)):
+        _monotone(label, term, {model.t_iteration: t_iter}, (t_iter,))
     r = sp.Symbol("r", nonnegative=True)
     for label, exposed, train, restarts in (
         ("the exposure", model.t_exposed, model.t_train, model.restarts),
@@ -167,27 +169,29 @@ def _prove_crashes() -> None:
         ("the expected crash loss", model.t_crashes,
          model.crash_loss(model.t_exposed, model.crash_load)),
         ("the guaranteed crash loss", model.t_crashes_quantile, model.crash_loss_quantile(
-            model.t_exposed_quantile, model.crash_cost_quantile, model.crash_rate)),
+            model.t_exposed_quantile, model.crash_mean_quantile, model.crash_cost_quantile,
+            model.crash_rate)),
     ):
         if loss != sp.Piecewise((0, model.no_crashes), (built, True)):
             raise DerivationError(f"{label} is not 0 without crashes and the proved form else")
     expected = model.crash_loss(exposure, load).xreplace({sp.Max(0, 1 - load): slack})
     _monotone("the expected crash loss", expected, {}, (exposure, load), (slack,))
-    # The guaranteed loss, in the cost b, the rate λ, the exposure E_q and √U = s.
-    b, rate, root, exposure_u = sp.symbols("b lambda s U", positive=True)
-    guaranteed = model.crash_loss_quantile(exposure, b, rate)
-    spread = b * sp.sqrt(2 * model.a_f * rate)
+    # The guaranteed loss, in the costs b ≥ c, the rate λ, the exposure E_q and √U = s.
+    b, c, rate, root, exposure_u = sp.symbols("b c lambda s U", positive=True)
+    guaranteed = model.crash_loss_quantile(exposure, c, b, rate)
+    spread = sp.sqrt(2 * model.a_f * rate * b * c)
     constant = exposure + model.a_f * b / 3
     formula = (spread + sp.sqrt(spread**2 + 4 * slack * constant)) / (2 * slack)
-    leading = sp.Max(0, 1 - rate * b)
-    at_root = (b * model.crash_count_bound(rate * root**2)).xreplace({root: formula})
+    leading = sp.Max(0, 1 - rate * c)
+    at_root = model.crash_time_bound(rate * root**2, c, b).xreplace({root: formula})
     if guaranteed.xreplace({leading: slack}) != at_root:
-        raise DerivationError("the guaranteed crash loss is not b·N(λU) at the quadratic's root")
+        raise DerivationError("the guaranteed crash loss is not B(λU) at the quadratic's root")
+    # (1 − λc)·U − spread·√U − constant = 0 with w = 1 − λc > 0 its leading coefficient
     if sp.simplify(slack * formula**2 - spread * formula - constant) != 0:
-        raise DerivationError("the exposure's root does not solve U = E_q + b·N(λU)")
-    excess = exposure_u - exposure - b * model.crash_count_bound(rate * exposure_u)
-    _monotone("H(U) = U − E_q − b·N(λU)", excess, {}, (), (exposure, b, rate))
-    _monotone("b·N(λU)", b * model.crash_count_bound(rate * root**2), {}, (b, rate, root))
+        raise DerivationError("the exposure's root does not solve U = E_q + B(λU)")
+    excess = exposure_u - exposure - model.crash_time_bound(rate * exposure_u, c, b)
+    _monotone("H(U) = U − E_q − B(λU)", excess, {}, (), (exposure, b, c, rate))
+    _monotone("B(λU)", model.crash_time_bound(rate * root**2, c, b), {}, (b, c, rate, root))
 
 
 @cache

@@ -96,20 +96,30 @@ def crash_loss(exposure: sp.Expr, load: sp.Expr) -> sp.Expr:
     return loss
 
 
-def crash_count_bound(count: sp.Expr) -> sp.Expr:
-    """N(Λ) = Λ + √(2·a_f·Λ) + a_f/3 ≥ the p-quantile of Poisson(Λ) (Bernstein, a_f = −ln(1−p))."""
-    bound: sp.Expr = count + sp.sqrt(2 * a_f * count) + a_f / 3
+def crash_time_bound(count: sp.Expr, mean_cost: sp.Expr, max_cost: sp.Expr) -> sp.Expr:
+    """Λc + √(2a·Λ·b·c) + a·b/3 ≥ the p-quantile of the time lost to Poisson(Λ) crashes that
+    each lose between 0 and b seconds, c on average (Bernstein's bound for a compound Poisson
+    sum, with E[X²] ≤ b·c; a = a_f = −ln(1 − p))."""
+    bound: sp.Expr = (
+        count * mean_cost + sp.sqrt(2 * a_f * count * max_cost * mean_cost) + a_f * max_cost / 3
+    )
     return bound
 
 
-def crash_loss_quantile(exposure: sp.Expr, cost: sp.Expr, rate: sp.Expr) -> sp.Expr:
-    """b·N(λU), with U the larger root of U = E + b·N(λU): a quadratic in √U (infinite when
-    λb ≥ 1, where the bound grows faster than the exposure)."""
-    slack = sp.Max(0, 1 - rate * cost)
-    spread = cost * sp.sqrt(2 * a_f * rate)
-    root = (spread + sp.sqrt(spread**2 + 4 * slack * (exposure + a_f * cost / 3))) / (2 * slack)
+def crash_loss_quantile(
+    exposure: sp.Expr, mean_cost: sp.Expr, max_cost: sp.Expr, rate: sp.Expr
+) -> sp.Expr:
+    """The bound above over the exposure U, the larger root of U = E + bound(λU): a quadratic
+    in √U with leading coefficient 1 − λc (infinite when λc ≥ 1, as the expected loss)."""
+    slack = sp.Max(0, 1 - rate * mean_cost)
+    spread = sp.sqrt(2 * a_f * rate * max_cost * mean_cost)
+    root = (spread + sp.sqrt(spread**2 + 4 * slack * (exposure + a_f * max_cost / 3))) / (
+        2 * slack
+    )
     sqrt_u = sp.Dummy("sqrt_U", positive=True)  # so that √(λU) is printed as √λ·√U
-    loss: sp.Expr = (cost * crash_count_bound(rate * sqrt_u**2)).xreplace({sqrt_u: root})
+    loss: sp.Expr = crash_time_bound(rate * sqrt_u**2, mean_cost, max_cost).xreplace(
+        {sqrt_u: root}
+    )
     return loss
 
 
@@ -132,15 +142,18 @@ spread_variance = iterations * (
 )
 t_train_quantile = t_train + z * sp.sqrt(spread_variance)
 restarts_quantile = sp.Max(0, sp.ceiling(t_train_quantile / L) - 1)
-# Crashes under the guarantee, conservatively: each loses a whole checkpoint interval and a
-# cold start planned for at f_q (b), and their count over an exposure U is Poisson(λU),
-# λ = n·phi, at most N(λU) with probability ≥ p; U solves U = E_q + b·N(λU).
+# Crashes under the guarantee: each loses at most b (a cold start planned for at f_q, the
+# overhead and a whole checkpoint interval), c_q on average (half an interval); over an
+# exposure U their count is Poisson(λU), λ = n·phi, and the time they lose is at most
+# crash_time_bound(λU) with probability ≥ p; U solves U = E_q + that bound.
 crash_cost_quantile = f_q + o + k_c * t_iteration
-crash_load_quantile = crash_rate * crash_cost_quantile
+crash_mean_quantile = f_q + o + k_c / 2 * t_iteration
+crash_load_quantile = crash_rate * crash_mean_quantile
 t_exposed_quantile = t_train_quantile + restarts_quantile * o
 t_crashes_quantile = sp.Piecewise(
     (0, no_crashes),
-    (crash_loss_quantile(t_exposed_quantile, crash_cost_quantile, crash_rate), True),
+    (crash_loss_quantile(t_exposed_quantile, crash_mean_quantile, crash_cost_quantile,
+                         crash_rate), True),
 )
 deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * (startup + c_q)
 deadline_time += t_crashes_quantile
