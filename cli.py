@@ -518,9 +518,11 @@ def _sweep_list(text: str, option: str, parse: Callable[[str], Any], need: str) 
         except ValueError:
             raise InstanceError(f"`{option}` takes comma-separated {need}, got "
                                 f"{brief(item.strip())}") from None
-    if len(set(values)) != len(values) or len(values) > _MAX_LIST:
-        raise InstanceError(f"`{option}` takes at most {_MAX_LIST} distinct values, got "
-                            f"{brief(text)}")
+    twice = [value for index, value in enumerate(values) if value in values[:index]]
+    if twice:
+        raise InstanceError(f"`{option}` names {brief(twice[0])} twice; give each value once")
+    if len(values) > _MAX_LIST:
+        raise InstanceError(f"`{option}` takes at most {_MAX_LIST} values, got {len(values):,}")
     return values
 
 
@@ -574,9 +576,9 @@ def _sweep_text(result: Any, cells: int) -> str:
               show_default=True, help="Jobs per generated trace.")
 @click.option("--rates", default="0.2", show_default=True, metavar="R1,R2,...",
               help="Arrival rates (jobs/s) to sweep.")
-@click.option("--arrival", default="poisson", show_default=True,
+@click.option("--arrival", type=click.Choice(ARRIVALS), default=ARRIVALS[0], show_default=True,
               help="Arrival process of the traces (see `generate_trace`).")
-@click.option("--mix", default="paper", show_default=True,
+@click.option("--mix", type=click.Choice(MIXES), default=MIXES[0], show_default=True,
               help="Job-size mix of the traces (see `generate_trace`).")
 @click.option("--pool", "pool_size", type=click.IntRange(min=1), default=DEFAULT_POOL_SIZE,
               show_default=True, help="Functions shared by all jobs.")

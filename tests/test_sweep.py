@@ -153,7 +153,8 @@ def test_cli_sweep_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("arguments", "named"), [
     (["--seeds", "2", "--seed-list", "0,1"], "`--seeds` and `--seed-list`"),
     (["--seed-list", "0,x"], "`--seed-list`"),
-    (["--seed-list", "1,1"], "`--seed-list`"),
+    (["--seed-list", "1,1"], "`--seed-list` names 1 twice"),
+    (["--rates", "0.2,0.2"], "`--rates` names 0.2 twice"),
     (["--seed-list", "-1"], "`--seed-list`"),
     (["--rates", "0.2,0"], "`--rates`"),
     (["--rates", "0.2,nan"], "`--rates`"),
@@ -163,10 +164,11 @@ def test_cli_sweep_json(tmp_path: Path) -> None:
     (["--truth", "rate_scale=-1"], "`truth.rate_scale`"),
     (["--truth", "rate_scale=0.8", "--truth", "rate_scale=0.9"], "`--truth`"),
     (["--strategies", "lambdadnn,nope"], "`--strategies`"),
-    (["--arrival", "nope"], "`arrival`"),
     (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "`--workers`"),
 ])
 def test_bad_options_are_one_line_errors(arguments: list[str], named: str) -> None:
+    """Each bad option fails before any cell runs, in one line naming it (click's own usage
+    errors, exit 2, are checked below)."""
     result = CliRunner().invoke(main, ["sweep", "--jobs", "5", *arguments])
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
@@ -246,3 +248,8 @@ def test_a_stopped_sweep_leaves_no_process(signum: int, group: bool) -> None:
         time.sleep(0.1)
         left = _alive(descendants)
     assert left == []
+
+
+def test_an_unknown_arrival_process_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["sweep", "--jobs", "5", "--arrival", "nope"])
+    assert result.exit_code == 2 and "'--arrival'" in result.stderr
