@@ -71,6 +71,10 @@ VCPU = "tests/test_vcpu_limit.py"
 PREDICTION = "tests/test_prediction.py"
 TIMINGS = "tests/test_timings.py"
 FIT = "tests/test_fit.py"
+POOL = "tests/test_pool.py"
+BASELINES = "tests/test_baselines.py"
+TUNERS = "tests/test_tuners.py"
+FAILURES = "tests/test_failure_planning.py"
 
 EQUATIONS = "models/equations.py"
 NOISE = "models/noise.py"
@@ -234,6 +238,39 @@ MUTANTS: tuple[Mutant, ...] = (
            "+ invocations * self.price_request",
            "+ self.n * self.price_request",
            (ENGINE,), "requests billed once per function, not per invocation"),
+    # --- truth and belief, the strategies, the pool (simulator/, issue 10) -----------------
+    Mutant("truth-into-belief", "simulator/pool.py",
+           "plan = plan_for(job.instance, job_rng(seed, index, _PLAN_STREAM), noise, measure)",
+           "plan = plan_for(true_instance, job_rng(seed, index, _PLAN_STREAM), noise, measure)",
+           (POOL, COMPARE), "the planners see the truth instead of the belief"),
+    Mutant("truth-ignored", "simulator/pool.py",
+           "true_instance = truth.instance(job.instance)",
+           "true_instance = job.instance",
+           (POOL, COMPARE), "the engine runs the belief: the truth is never used"),
+    Mutant("clairvoyant-blind", "simulator/strategies.py",
+           'truth=(truth or Truth()) if name == "clairvoyant" else None,',
+           "truth=None,",
+           (BASELINES, COMPARE), "clairvoyant plans with the belief like everyone else"),
+    Mutant("pool-overbooked", "simulator/pool.py",
+           "if self.used[j] + functions > self.size:",
+           "if self.used[j] > self.size:",
+           (POOL,), "a stage starts where its functions do not fit beside the others"),
+    Mutant("trials-take-no-time", "simulator/pool.py",
+           "                start += seconds\n",
+           "",
+           (POOL,), "a job starts as its trials start: trials cost no time"),
+    Mutant("tuner-mean-known", "simulator/tuners.py",
+           "k + k * k / samples\n",
+           "k\n",
+           (TUNERS,), "the tuners forget the error of estimating the mean from N samples"),
+    Mutant("alg1-q-mean-test", "simulator/ldnn_alg1.py",
+           "figures = evaluate(params, functions, memory, noise)",
+           "figures = evaluate(params, functions, memory)",
+           (BASELINES,), "ldnn-alg1-q tests the mean time, not lambdadnn's quantile"),
+    Mutant("crash-no-lost-work", EQUATIONS,
+           "crash_mean_quantile = f_q + o + k_c / 2 * t_iteration",
+           "crash_mean_quantile = f_q + o",
+           (FAILURES,), "the guaranteed plan forgets the work a crash loses"),
     # --- the vCPU limit, the run prediction (solver/) --------------------------------------
     Mutant("vcpu-row-cap-ignored", "models/bounds.py",
            "row_hi = np.minimum(row_hi, cap)",
@@ -274,7 +311,6 @@ MUTANTS: tuple[Mutant, ...] = (
 # Mutants the issue asks for whose code does not exist yet.
 NOT_YET_APPLICABLE: tuple[tuple[str, str], ...] = (
     ("milp-capacity", "the multi-job MILP's capacity check: there is no multi-job MILP yet"),
-    ("truth-into-belief", "truth leaking into belief: the truth/belief split does not exist yet"),
 )
 
 Verdict = Literal["passed", "failed", "timeout", "error"]
