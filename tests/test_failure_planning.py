@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdadnn import solve
-from lambdadnn.models import equations
+from lambdadnn.models import equations, performance
 from lambdadnn.models.derivation import facts
 from lambdadnn.models.errors import DerivationError
 from lambdadnn.models.noise import NoiseModel, planning_noise
@@ -117,3 +117,37 @@ def test_the_derivation_refuses_a_crash_loss_it_did_not_prove(
     monkeypatch.setattr(equations, name, sp.Piecewise((0, equations.no_crashes), (-proved, True)))
     with pytest.raises(DerivationError, match=r"crash loss|adds a term"):
         facts.__wrapped__()
+
+
+@pytest.mark.parametrize(("functions", "memory_mb", "rate", "guarantee"), [
+    (14, 3008, 0.5, 0.99), (6, 6000, 2.0, 0.999), (12, 10240, 0.1, 0.9),
+])
+def test_the_guaranteed_crash_loss_is_the_documented_bound(
+    functions: int, memory_mb: int, rate: float, guarantee: float,
+) -> None:
+    """numpy as the oracle, typed from MODEL.md: each crash loses at most b = f_q + o + k_c·t_it,
+    c = f_q + o + (k_c/2)·t_it on average; U solves U = E_q + λUc + √(2a·λU·b·c) + a·b/3
+    and the deadline figure grows by U − E_q (here one round: E_q is T_q itself)."""
+    instance = load_instance(MOBILENET)
+    noise = NoiseModel(failure_rate_per_hour=rate)
+    terms = planning_noise(noise, guarantee, instance.max_functions)
+    quiet = planning_noise(NoiseModel(), guarantee, instance.max_functions)
+    values = performance.parameter_values(instance.parameters())
+    names = ("deadline_time", "iterations", "t_comp_total", "t_comm_total")
+    crashing = performance.figures(values, functions, memory_mb, names, terms)
+    calm = performance.figures(values, functions, memory_mb, names, quiet)
+    platform = instance.platform
+    cold_q = float(quiet.cold_start_quantile[functions - 1])
+    exposure = float(calm["deadline_time"]) - cold_q  # T_q: no restart, no start-up here
+    assert exposure < platform.timeout_s - platform.timeout_margin_s
+    t_it = float((calm["t_comp_total"] + calm["t_comm_total"]) / calm["iterations"])
+    overhead = terms.crash_cold_start_quantile + platform.restart_overhead_s
+    b = overhead + noise.checkpoint_every * t_it
+    c = overhead + noise.checkpoint_every / 2 * t_it
+    lam, a = functions * rate / 3600, -np.log1p(-guarantee)
+    roots = np.roots([1 - lam * c, -np.sqrt(2 * a * lam * b * c), -(exposure + a * b / 3)])
+    u = max(roots.real) ** 2
+    lost = float(crashing["deadline_time"] - calm["deadline_time"])
+    assert lost == pytest.approx(u - exposure, rel=1e-9)
+    assert lost == pytest.approx(lam * u * c + np.sqrt(2 * a * lam * u * b * c) + a * b / 3,
+                                 rel=1e-9)
