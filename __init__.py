@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from lambdadnn.models.bounds import Bounds
     from lambdadnn.models.errors import DerivationError, LambdaDnnError
     from lambdadnn.models.noise import NoiseModel
+    from lambdadnn.solver.adaptive import Controller, Decision, Observation
     from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
     from lambdadnn.solver.instance import Instance, load_instance
     from lambdadnn.solver.pipeline import deadline_crossings, evaluate, solve
@@ -23,7 +24,9 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _EXPORTS = {
     "Bounds": "lambdadnn.models.bounds",
+    "Controller": "lambdadnn.solver.adaptive",
     "CostBreakdown": "lambdadnn.solver.plan",
+    "Decision": "lambdadnn.solver.adaptive",
     "DerivationError": "lambdadnn.models.errors",
     "Evaluation": "lambdadnn.solver.plan",
     "Instance": "lambdadnn.solver.instance",
@@ -31,6 +34,7 @@ _EXPORTS = {
     "LambdaDnnError": "lambdadnn.models.errors",
     "NoValidPlanError": "lambdadnn.solver.errors",
     "NoiseModel": "lambdadnn.models.noise",
+    "Observation": "lambdadnn.solver.adaptive",
     "Plan": "lambdadnn.solver.plan",
     "SolverError": "lambdadnn.solver.errors",
     "TimeBreakdown": "lambdadnn.solver.plan",
@@ -41,9 +45,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Bounds", "CostBreakdown", "DerivationError", "Evaluation", "Instance", "InstanceError",
-    "LambdaDnnError", "NoValidPlanError", "NoiseModel", "Plan", "SolverError", "TimeBreakdown",
-    "deadline_crossings", "evaluate", "load_instance", "solve",
+    "Bounds", "Controller", "CostBreakdown", "Decision", "DerivationError", "Evaluation",
+    "Instance", "InstanceError", "LambdaDnnError", "NoValidPlanError", "NoiseModel",
+    "Observation", "Plan", "SolverError", "TimeBreakdown", "deadline_crossings", "evaluate",
+    "load_instance", "solve",
 ]
 
 

@@ -703,6 +703,7 @@ def philly_command(
 
 # For annotations only: the launcher (and redis, numpy) load when `launch` runs.
 if TYPE_CHECKING:
+    from lambdadnn.launcher.adaptive import Planner
     from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
 
@@ -795,7 +796,24 @@ def _launch_text(report: LaunchReport) -> str:
         f"  final loss     {shown(report.final_loss, '.4f')}",
         f"  test accuracy  {shown(report.test_accuracy, '.2%')}",
         f"  runs on        {report.runs_on}",
+        *_rounds_lines(report.rounds),
     ])
+
+
+def _rounds_lines(rounds: tuple[dict[str, Any], ...]) -> list[str]:
+    """Each round's plan, iterations and time, and why it ran: the decision that started it
+    and the checks that kept it (nothing when the report lists no rounds)."""
+    lines = ["  rounds"] if rounds else []
+    for number, round_ in enumerate(rounds, 1):
+        seconds = "n/a" if round_["seconds"] is None else _seconds(round_["seconds"])
+        lines.append(
+            f"    {number}. {round_['functions']} × {round_['memory_mb']:,} MB, iterations "
+            f"{round_['iterations_from']:,}–{round_['iterations_to']:,}, {seconds}: "
+            f"{round_['action']} — {round_['reason']}"
+        )
+        lines.extend(f"       check at {check['iteration']:,}: {check['reason']}"
+                     for check in round_["checks"])
+    return lines
 
 
 @main.command("launch")
@@ -823,6 +841,8 @@ def _launch_text(report: LaunchReport) -> str:
 @click.option("--oversubscribe", is_flag=True,
               help="Local: run a plan needing more vCPU (n·m/1769) than this machine has.")
 @click.option("--force", is_flag=True, help="Launch a plan that misses its deadline.")
+@click.option("--adaptive", is_flag=True,
+              help="Re-plan (n, m) at checks from the measured speed to keep the deadline.")
 @platform_option
 @json_option
 @friendly
@@ -831,12 +851,15 @@ def launch_command(
     checkpoint_every: int, seed: int, workload: str | None, function_name: str,
     role_arn: str | None, layers: tuple[str, ...], image_uri: str | None, region: str,
     endpoint_url: str | None, dry_run: bool, print_policy: bool, oversubscribe: bool,
-    force: bool, platform: str | None, as_json: bool,
+    force: bool, adaptive: bool, platform: str | None, as_json: bool,
 ) -> None:
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
 
     Locally at most 64 functions, within this machine's CPUs (see --oversubscribe). A
     `--workload` module is looked up in the current directory first, as `python -m` does.
+    `--adaptive` measures the run and re-solves the rest of it at checks (the plan's
+    instance is the belief): it changes the functions and memory between rounds when the
+    deadline is at risk or a cheaper plan still meets it; the report lists the rounds.
     """
     import math
     import os
@@ -861,10 +884,15 @@ def launch_command(
         target = aws.AwsTarget(function_name, role_arn, layers, image_uri, region)
     elif dry_run:
         raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
+    if adaptive and dry_run:
+        raise InstanceError("`--adaptive` re-plans from what the run measures, which a dry run "
+                            "does not run; drop `--dry-run` or `--adaptive`")
     require_extras(backend)
+    from lambdadnn.launcher.adaptive import controller_for
     from lambdadnn.launcher.channel import redis_client
 
     spec = _plan_to_launch(source, platform, force)
+    controller = controller_for(spec) if adaptive else None
     if workload is None:
         from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
 
@@ -885,7 +913,7 @@ def launch_command(
             raise InstanceError("`--redis-url` is needed for the aws backend: a Redis that the "
                                 "Lambda functions can reach (not 127.0.0.1)")
         report = _launch_aws(spec, target, redis_url, job, settings, endpoint_url,
-                             timeout_s, as_json)
+                             timeout_s, as_json, controller)
     else:
         from lambdadnn.launcher.local import Interrupted, run_local
 
@@ -898,6 +926,7 @@ def launch_command(
                 checkpoint_every=checkpoint_every, oversubscribe=oversubscribe,
                 warn=lambda line: click.echo(f"warning: {line}", err=True),
                 progress=lambda iteration, _total: bar.update(iteration),
+                controller=controller,
             )
         except Interrupted as stop:  # the shell's convention: 128 + the signal's number
             bar.close()
@@ -913,7 +942,7 @@ def launch_command(
 
 def _launch_aws(
     spec: LaunchSpec, target: Any, redis_url: str, job: str, settings: dict[str, Any],
-    endpoint_url: str | None, timeout_s: float, quiet: bool,
+    endpoint_url: str | None, timeout_s: float, quiet: bool, controller: Planner | None,
 ) -> LaunchReport:
     from lambdadnn.launcher import aws
 
@@ -924,6 +953,7 @@ def _launch_aws(
             spec, client, target, redis_url=redis_url, job=job, worker_settings=settings,
             timeout_s=timeout_s,
             on_progress=lambda progress: bar.update(int(progress.get("iteration", 0))),
+            controller=controller,
         )
     finally:
         bar.close()

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import lambdadnn
 from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.adaptive import AdaptiveRun, Planner
 from lambdadnn.launcher.profile import Capacity, Runner
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction, default_margin
 from lambdadnn.launcher.timings import summarise
@@ -446,6 +447,18 @@ class AwsLauncher:
         )
         self._reserved_concurrency = True
 
+    def resize(self, functions: int, memory_mb: int) -> None:
+        """Between two rounds of an adaptive launch: the function's new `MemorySize` (waiting
+        until Lambda has applied it, as `deploy` does) and `functions` reserved slots."""
+        self._wait_ready()
+        self._call("update_function_configuration", FunctionName=self.target.function_name,
+                   MemorySize=memory_mb)
+        self._wait_ready()
+        self._call(
+            "put_function_concurrency", FunctionName=self.target.function_name,
+            ReservedConcurrentExecutions=functions,
+        )
+
     def _wait_ready(self) -> None:
         """Poll until the function is Active with no update in progress (or say why not)."""
         for _ in range(self._ready_polls):
@@ -502,6 +515,7 @@ class AwsLauncher:
         quiet_s: float = 60.0,
         max_restarts: int | None = None,
         on_progress: Callable[[Mapping[str, Any]], None] | None = None,
+        adapt: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> Followed:
         """Follow the job through the channel until it says `done`; re-invoke timed-out rounds.
 
@@ -510,7 +524,9 @@ class AwsLauncher:
         re-invoking a rank that is still alive would put two copies of it on the barrier.
         Workers checkpoint before their timeout, so the next round resumes from there. A
         round in which nothing moved means the workers never ran: that is an error, not a
-        reason to retry forever.
+        reason to retry forever. `adapt(progress)` (an adaptive launch) is asked at each poll
+        and returns True when it has invoked a new group itself (another plan): a new round,
+        not a restart.
         """
         restarts = 0
         round_start = last_change = self._clock()
@@ -523,6 +539,11 @@ class AwsLauncher:
                 on_progress(progress)
             if progress.get("done"):
                 return Followed(restarts=restarts, progress=progress)
+            if adapt is not None and adapt(progress):
+                round_start = last_change = self._clock()
+                moved, previous = False, None
+                self._sleep(poll_s)
+                continue
             if previous is not None and progress != previous:
                 moved, last_change = True, now
             previous = progress
@@ -594,6 +615,9 @@ def run_aws(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
+    controller: Planner | None = None,
+    set_halt: Callable[[bool], None] | None = None,
+    request_checkpoint: Callable[[], None] | None = None,
 ) -> LaunchReport:
     """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always).
 
@@ -614,6 +638,13 @@ def run_aws(
     it). Lambda's Timeout is whole seconds, so the function gets ⌈timeout_s⌉ and the workers
     a margin larger by the difference: they stop where a limit of exactly `timeout_s` would
     stop them, which is what the report's prediction assumes.
+
+    With a `controller` (`launcher.adaptive.controller_for`), the run is checked where its
+    decisions say, from the workers' timings; a check that keeps the plan has the next update
+    checkpointed (`request_checkpoint`, the channel's); on a change of plan `set_halt` (the
+    channel's) stops the group at its next iteration, and once every rank has checkpointed and
+    returned the function gets the new `MemorySize` and reserved concurrency (`resize`) and
+    the new n ranks are invoked with the same global batch.
     """
     if not (isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool)
             and 0 < timeout_s <= FUNCTION_TIMEOUT_S):
@@ -635,30 +666,61 @@ def run_aws(
     function_timeout = math.ceil(timeout_s)
     event["timeout_margin_s"] = margin + (function_timeout - timeout_s)
     check_workload(event["workload"], int(event["seed"]))
+    if controller is not None and (set_halt is None or channel_timings is None):
+        raise AwsLaunchError(
+            "an adaptive launch needs the channel's `set_halt` and `channel_timings`: it reads "
+            "the workers' timings and halts them to change the plan (`run_aws_job` passes both)"
+        )
+    run = AdaptiveRun(spec, controller, clock=clock)
+    event = run.event(event)
     launcher = AwsLauncher(client, target, sleep=sleep, clock=clock)
     launched: list[float] = []  # wall-clock invocation time of each round
+
+    def invoke() -> None:
+        launched.append(wall_clock())
+        run.launched()
+        launcher.invoke_all(event, run.current.functions)
 
     def reinvoke() -> None:
         if record_restart is not None:
             record_restart()
-        launched.append(wall_clock())
-        launcher.invoke_all(event, spec.functions)
+        invoke()
+
+    def adapt(progress: Mapping[str, Any]) -> bool:
+        nonlocal event
+        iteration = int(progress.get("iteration", 0))
+        request = run.poll(iteration, channel_timings)
+        if request == "halt":
+            set_halt(True)
+        elif request == "checkpoint" and request_checkpoint is not None:
+            request_checkpoint()
+        decision = run.pending
+        if decision is None or not run.halted(channel_timings(), len(launched) - 1):
+            return False
+        new = run.switch(decision, iteration, len(launched))
+        set_halt(False)
+        launcher.resize(new.functions, new.memory_mb)
+        event = run.event(event)
+        reinvoke()
+        return True
 
     try:
         launcher.deploy(spec, redis_url, job, timeout_s=function_timeout)
+        run.begin()
         started = clock()
-        launched.append(wall_clock())
-        launcher.invoke_all(event, spec.functions)
+        invoke()
         followed = launcher.follow(
             channel_progress, reinvoke=reinvoke, timeout_s=timeout_s,
             poll_s=poll_s, quiet_s=quiet_s, max_restarts=max_restarts, on_progress=on_progress,
+            adapt=adapt if controller is not None else None,
         )
         measured_time_s = clock() - started
     finally:
         launcher.cleanup()
+    iterations = int(followed.progress.get("iteration", spec.iterations))
+    run.close(iterations)
     return LaunchReport.of(
-        spec, backend="aws", workload=event["workload"],
-        iterations=int(followed.progress.get("iteration", spec.iterations)),
+        spec, backend="aws", workload=event["workload"], iterations=iterations,
         restarts=followed.restarts, wall_time_s=measured_time_s,
         result=channel_result() if channel_result else None,
         runs_on=f"function {target.function_name} ({spec.architecture}) in {target.region}",
@@ -667,6 +729,7 @@ def run_aws(
             timeout_margin_s=margin,
         ),
         timings=summarise(channel_timings() if channel_timings else [], launched),
+        rounds=run.to_list(),
     )
 
 
@@ -703,6 +766,7 @@ def run_aws_job(
     poll_s: float = 5.0,
     quiet_s: float = 60.0,
     on_progress: Callable[[Mapping[str, Any]], None] | None = None,
+    controller: Planner | None = None,
 ) -> LaunchReport:
     """`run_aws` with the job's own parameter channel on the Redis at `redis_url`.
 
@@ -723,6 +787,8 @@ def run_aws_job(
                 channel_progress=channel.progress, channel_result=channel.result,
                 channel_timings=channel.timings, record_restart=channel.record_restart,
                 poll_s=poll_s, quiet_s=quiet_s, on_progress=on_progress,
+                controller=controller, set_halt=channel.set_halt,
+                request_checkpoint=channel.request_checkpoint,
             )
         finally:
             channel.cleanup()

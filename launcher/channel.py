@@ -15,6 +15,8 @@ Keys (all under `lambdadnn:<job>:`):
 | `heartbeats` | hash | rank → wall-clock time of its last push |
 | `restarts` | string | how often the launcher relaunched the workers |
 | `result` | string | the final metrics (JSON), once training is done |
+| `halt` | string | set by the launcher: the group stops after the iteration being averaged |
+| `save` | string | set by the launcher: the update being applied is checkpointed, once |
 | `timings` | hash | `<round>:<rank>` → what that invocation measured (JSON, see `record_timings`) |
 | `it:<i>:grads`, `it:<i>:losses` | hash | rank → gradient (float32 bytes) / loss for iteration i |
 | `it:<i>:stop` | string | set when a worker voted to stop after iteration i (deadline near) |
@@ -146,8 +148,9 @@ class ParameterChannel:
     """One training job's parameters and synchronisation, shared by all its workers through Redis.
 
     `halted` tells, after each `exchange`, whether the group stops after that iteration
-    because a worker voted `stop=True` (its invocation's deadline is near): every worker sees
-    the same answer, so they all return at the same iteration and none is left at the barrier.
+    because a worker voted `stop=True` (its invocation's deadline is near) or the launcher
+    asked it to (`set_halt`): every worker sees the same answer, so they all return at the
+    same iteration and none is left at the barrier.
     """
 
     def __init__(
@@ -245,9 +248,10 @@ class ParameterChannel:
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(grads_key)
         pipe.hgetall(losses_key)
-        pipe.exists(stop_key)
+        pipe.exists(stop_key, self._key("halt"))
         pipe.hmget(state, "params", "velocity")
-        grads, losses, stop, (params, velocity) = pipe.execute()
+        pipe.delete(self._key("save"))
+        grads, losses, stop, (params, velocity), save = pipe.execute()
         by_rank = sorted((int(rank), data) for rank, data in grads.items())
         mean = np.mean(np.stack([_from_bytes(data) for _, data in by_rank]), axis=0)
         new_velocity = (momentum * _from_bytes(velocity) + mean).astype(_DTYPE)
@@ -267,6 +271,8 @@ class ParameterChannel:
                 f"job {self.job!r} left iteration {iteration} while it was being averaged "
                 "(restored by the launcher?)"
             )
+        if save:  # no other rank can move the live state on before we push again
+            self.checkpoint(iteration + 1)
         return new_params
 
     def _wait(self, rank: int, iteration: int) -> np.ndarray:
@@ -336,6 +342,20 @@ class ParameterChannel:
 
         self.client.transaction(reset, state, checkpoint)
         return restored[0] if restored else None
+
+    def set_halt(self, on: bool) -> None:
+        """Ask the running group to stop after the iteration it is at (`on`), or let the next
+        group run (`on=False`). The stop is decided where an update is applied, once for all
+        ranks, so they all checkpoint at the same iteration: none is lost or repeated."""
+        if on:
+            self.client.set(self._key("halt"), "1")
+        else:
+            self.client.delete(self._key("halt"))
+
+    def request_checkpoint(self) -> None:
+        """Have the next update applied checkpointed (by the worker that applies it), so
+        that a crash loses no work from before this call."""
+        self.client.set(self._key("save"), "1")
 
     def record_restart(self) -> int:
         """Count one relaunch of the workers; returns the count so far."""

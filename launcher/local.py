@@ -44,6 +44,7 @@ import redis
 
 import lambdadnn
 from lambdadnn.launcher import LaunchError
+from lambdadnn.launcher.adaptive import AdaptiveRun, Planner
 from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
 from lambdadnn.launcher.profile import Capacity, Runner
 from lambdadnn.launcher.spec import (
@@ -80,24 +81,47 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def check_capacity(spec: LaunchSpec, *, oversubscribe: bool = False) -> str | None:
+def check_capacity(
+    spec: LaunchSpec, *, oversubscribe: bool = False, adaptive: bool = False
+) -> str | None:
     """Refuse a plan this machine cannot hold; the warning to show if it is oversubscribed.
 
     At most `MAX_LOCAL_FUNCTIONS` workers, and n·m/1769 vCPU within `available_cpus()`
     unless `oversubscribe` (then the workers get less CPU than on Lambda, and the returned
-    line says so).
+    line says so). `adaptive`: every plan the controller may switch to must fit too, so the
+    plan's instance must cap the vCPU (`platform.max_vcpu`, which `solve` respects) and the
+    functions within this machine, as a platform from `lambdadnn profile` does.
     """
-    if spec.functions > MAX_LOCAL_FUNCTIONS:
+    if adaptive and spec.instance is not None:
+        instance = spec.instance
+        vcpu_cap = instance.platform.max_vcpu
+        if instance.max_functions > MAX_LOCAL_FUNCTIONS or (not oversubscribe and (
+            vcpu_cap is None or vcpu_cap > available_cpus()
+        )):
+            allowed = "no limit" if vcpu_cap is None else f"{vcpu_cap:g} vCPU"
+            raise LaunchError(
+                f"`--adaptive` may switch to any plan of platform "
+                f"{brief(instance.platform.name, 60)} ({allowed}, up to "
+                f"{instance.max_functions:,} functions), more than this machine's "
+                f"{available_cpus()} CPUs and {MAX_LOCAL_FUNCTIONS} workers; solve for the "
+                "platform `lambdadnn profile` measured here, or pass `--oversubscribe`"
+            )
+    return _check_plan(spec.functions, spec.memory_mb, oversubscribe)
+
+
+def _check_plan(functions: int, memory_mb: int, oversubscribe: bool) -> str | None:
+    """`check_capacity` of one plan n × m."""
+    if functions > MAX_LOCAL_FUNCTIONS:
         raise LaunchError(
-            f"`functions` {spec.functions:,} is more than the local backend runs (at most "
+            f"`functions` {functions:,} is more than the local backend runs (at most "
             f"{MAX_LOCAL_FUNCTIONS} worker processes); run it with `--backend aws`, or re-solve "
             f"with `limits.max_functions: {MAX_LOCAL_FUNCTIONS}`"
         )
-    vcpu = spec.functions * spec.memory_mb / MB_PER_VCPU
+    vcpu = functions * memory_mb / MB_PER_VCPU
     cpus = available_cpus()
     if vcpu <= cpus:
         return None
-    need = (f"the plan needs {spec.functions} × {spec.memory_mb:,} MB / {MB_PER_VCPU} = "
+    need = (f"the plan needs {functions} × {memory_mb:,} MB / {MB_PER_VCPU} = "
             f"{vcpu:.2f} vCPU, more than the {cpus} CPUs this process may use")
     if not oversubscribe:
         raise LaunchError(
@@ -515,6 +539,7 @@ def run_local(
     oversubscribe: bool = False,
     warn: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    controller: Planner | None = None,
 ) -> LaunchReport:
     """Train the spec's `functions` workers at `memory_mb` each for its `iterations`, for real.
 
@@ -524,7 +549,10 @@ def run_local(
     checkpoint when a failed round is restored). `workload` is a shipped name or
     `package.module:factory` (see `launcher.workloads`), its factory called with `seed`.
     Everything is checked before anything starts (`check_capacity`, `check_workload`; `warn`
-    receives the capacity warning). Raises `LaunchError` when the
+    receives the capacity warning). With a `controller` (`launcher.adaptive.controller_for`)
+    the run is checked where its decisions say; on a change of plan the group halts at a
+    checkpoint, its cgroups are made again for the new n at m/1769 vCPU and the new ranks
+    resume from the checkpoint (`launcher.adaptive`). Raises `LaunchError` when the
     plan cannot run, or when relaunches stop making progress; SIGINT, SIGTERM and SIGHUP
     raise `Interrupted` (a KeyboardInterrupt) after the clean-up.
     """
@@ -537,8 +565,9 @@ def run_local(
             f"need 0 <= timeout_margin_s ({margin:g}) < timeout_s ({timeout_s:g}) "
             f"and checkpoint_every ({checkpoint_every}) >= 1"
         )
-    warning = check_capacity(spec, oversubscribe=oversubscribe)
+    warning = check_capacity(spec, oversubscribe=oversubscribe, adaptive=controller is not None)
     check_workload(workload, seed)
+    run = AdaptiveRun(spec, controller)
     env = _worker_environment(workload)
     if warning is not None and warn is not None:
         warn(warning)
@@ -546,12 +575,6 @@ def run_local(
         redis_client(redis_url).close()  # a bad URL is refused before anything starts
     job = f"local-{uuid.uuid4().hex[:12]}"
     reported = -1
-
-    def on_iteration(iteration: int) -> None:
-        nonlocal reported
-        if progress is not None and iteration != reported:
-            reported = iteration
-            progress(iteration, spec.iterations)
 
     with _StopSignals() as stop, ExitStack() as stack:
         url = redis_url if redis_url is not None else stack.enter_context(redis_server())
@@ -561,43 +584,70 @@ def run_local(
             if redis_url is not None:
                 stack.callback(_forget, channel)
             cap = cap_cpu(job, spec.functions, spec.memory_mb)
-            stack.callback(cap.remove)
-            event = spec.worker_event(job=job, redis_url=url, settings={
+            stack.callback(lambda: cap.remove())  # the cap of the last round: `cap` is re-bound
+            event = run.event(spec.worker_event(job=job, redis_url=url, settings={
                 "checkpoint_every": checkpoint_every, "timeout_margin_s": margin, "seed": seed,
                 "workload": workload,
-            })
-            started = time.monotonic()
+            }))
+
+            def on_iteration(iteration: int) -> None:
+                nonlocal reported
+                if progress is not None and iteration != reported:
+                    reported = iteration
+                    progress(iteration, spec.iterations)
+                request = run.poll(iteration, channel.timings)
+                if request == "halt":
+                    channel.set_halt(True)
+                elif request == "checkpoint":
+                    channel.request_checkpoint()
+
+            run.begin()
             restarts, best, stalls = 0, -1, 0
             launched: list[float] = []  # wall-clock launch time of each round
             while True:
                 stop.check()
                 launched.append(time.time())
+                run.launched()
                 invocations = _round(event, cap, timeout_s, channel, on_iteration, stop, env)
                 if all(i.result is not None and i.result["status"] == "done"
                        for i in invocations):
                     break
-                restarts = channel.record_restart()
+                run.failed(sum(1 for i in invocations if i.failure))
+                round_ = channel.record_restart()
                 resumed = channel.restore() or 0
                 best, stalls = (resumed, 0) if resumed > best else (best, stalls + 1)
+                decision = run.pending
+                if decision is None:  # a timeout or a crash: the same plan again
+                    restarts += 1
+                else:  # a change of plan: the same job and checkpoint, n ranks at m MB
+                    new = run.switch(decision, resumed, round_)
+                    channel.set_halt(False)
+                    _check_plan(new.functions, new.memory_mb, oversubscribe)
+                    cap.remove()
+                    cap = cap_cpu(job, new.functions, new.memory_mb)
+                    channel = ParameterChannel(client, job, workers=new.functions)
+                    event = run.event(event)
                 if stalls >= _STALL_LIMIT:
                     last = next((i.failure for i in reversed(invocations) if i.failure), "none")
                     raise LaunchError(
                         f"job {job}: {stalls} relaunches in a row resumed from iteration "
                         f"{resumed} without progress; last failure: {last}"
                     )
-            measured = time.monotonic() - started
+            measured = time.monotonic() - run.began
             result, records = channel.result(), channel.timings()
         except redis.RedisError as error:
             raise channel_failed(url, error) from None
         if result is None:
             raise LaunchError(f"job {job}: every worker returned done but no result was published")
         on_iteration(int(result["iterations"]))
+        run.close(int(result["iterations"]))
         return LaunchReport.of(
             spec, backend="local", workload=workload, iterations=int(result["iterations"]),
             restarts=restarts, wall_time_s=measured, result=result, runs_on=cap.description,
             prediction=Prediction.of(spec, backend="local", workload=workload,
                                      timeout_s=timeout_s, timeout_margin_s=margin),
             timings=summarise(records, launched), throttled_share=cap.throttled_share(),
+            rounds=run.to_list(),
         )
 
 

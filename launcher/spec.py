@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -109,7 +109,8 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
     """The checked constructor arguments of a `LaunchSpec`, from plan keys; other keys ignored.
 
     Needs `functions`, `memory_mb`, `local_batch`, `iterations`, `time_s`, `status` and
-    `platform`; `restarts` defaults to 0. Raises `InstanceError` naming the first bad key.
+    `platform`; `restarts` defaults to 0, `guarantee` to None. Raises `InstanceError` naming
+    the first bad key.
     """
     if not isinstance(payload, Mapping):
         raise InstanceError(
@@ -139,7 +140,20 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
     if architecture not in ARCHITECTURES:
         _refuse("architecture", architecture, f"one of {', '.join(ARCHITECTURES)}", source)
     return {**fields, "platform": platform, "architecture": architecture, "status": status,
+            "guarantee": _guarantee(payload.get("guarantee"), source),
             "instance": _instance(payload.get("instance_spec"), source)}
+
+
+def _guarantee(value: object, source: str) -> float | None:
+    """The plan's guarantee (`solve --guarantee`): None, or a probability strictly in (0, 1)."""
+    if value is None:
+        return None
+    need = "a probability strictly between 0 and 1, or null"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _refuse("guarantee", value, need, source)
+    if not 0 < float(value) < 1:
+        _refuse("guarantee", value, need, source)
+    return float(value)
 
 
 def _instance(value: object, source: str) -> Instance | None:
@@ -169,6 +183,7 @@ class LaunchSpec:
     platform: str
     architecture: str  # the platform's, so a plan priced for arm64 deploys on arm64
     status: str = "optimal"
+    guarantee: float | None = None  # the plan's, which an adaptive launch keeps
     # The instance the plan was solved from: what `predicted_time_s` is computed from.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -200,13 +215,19 @@ class LaunchSpec:
     ) -> dict[str, Any]:
         """The event every rank receives (its `rank` is added per invocation).
 
-        Workers, iterations and local batch come from the spec; the rest from
+        Workers, iterations, local and global batch come from the spec; the rest from
         `WORKER_DEFAULTS`, which `settings` override (both backends pass their own).
         """
         return {
             **WORKER_DEFAULTS, "job": job, "redis_url": redis_url, "workers": self.functions,
-            "iterations": self.iterations, "local_batch": self.local_batch, **(settings or {}),
+            "iterations": self.iterations, "local_batch": self.local_batch,
+            "global_batch": self.global_batch, **(settings or {}),
         }
+
+    @property
+    def global_batch(self) -> int:
+        """B = n × b: what every iteration trains on, kept when an adaptive launch changes n."""
+        return self.functions * self.local_batch
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -298,7 +319,10 @@ class LaunchReport:
     `prediction_note` saying why, unless the plan's instance was profiled for this workload.
     Timings (see `launcher.timings.RunTimings`) are None when no iteration was timed;
     `throttled_share` is the share of CPU periods in which a worker's cgroup was throttled
-    (local backend only).
+    (local backend only; of the last round's cgroups). `rounds` lists the run's stretches at
+    one plan (`launcher.adaptive.AdaptiveRun.rounds`): a static launch has one, an adaptive
+    one a further round per change of (n, m), each with the decision and its reason;
+    `functions` and `memory_mb` are the first round's, `invocations` counts every round's.
     """
 
     status: str
@@ -329,14 +353,18 @@ class LaunchReport:
     final_loss: float | None
     test_accuracy: float | None
     runs_on: str
+    rounds: tuple[dict[str, Any], ...]
 
     @classmethod
     def of(
         cls, spec: LaunchSpec, *, backend: str, workload: str, iterations: int, restarts: int,
         wall_time_s: float, result: Mapping[str, Any] | None, runs_on: str,
         prediction: Prediction, timings: RunTimings, throttled_share: float | None = None,
+        rounds: Sequence[Mapping[str, Any]] = (),
     ) -> LaunchReport:
-        """A finished run of `spec`; `result` is what the workers published (or None)."""
+        """A finished run of `spec`; `result` is what the workers published (or None).
+        Without `rounds` (both backends give them), every invocation round ran the spec's
+        n."""
         def metric(key: str) -> float | None:
             value = (result or {}).get(key)
             return None if value is None else float(value)
@@ -348,7 +376,9 @@ class LaunchReport:
             architecture=spec.architecture, functions=spec.functions,
             memory_mb=spec.memory_mb, local_batch=spec.local_batch, iterations=iterations,
             restarts=restarts, predicted_restarts=prediction.restarts,
-            invocations=spec.functions * (restarts + 1), measured_time_s=measured,
+            invocations=(sum(int(round_["invocations"]) for round_ in rounds) if rounds
+                         else spec.functions * (restarts + 1)),
+            measured_time_s=measured,
             wall_time_s=wall_time_s, predicted_time_s=predicted,
             prediction_error=None if predicted is None else (measured - predicted) / predicted,
             prediction_note=prediction.note,
@@ -358,10 +388,13 @@ class LaunchReport:
             iteration_p90_s=timings.iteration_p90_s, compute_s=timings.compute_s,
             exchange_s=timings.exchange_s, throttled_share=throttled_share,
             final_loss=metric("final_loss"), test_accuracy=metric("test_accuracy"),
-            runs_on=runs_on,
+            runs_on=runs_on, rounds=tuple(dict(round_) for round_ in rounds),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: a loss that diverged to NaN or infinity is null, never `NaN`."""
-        return {key: None if isinstance(value, float) and not math.isfinite(value) else value
-                for key, value in asdict(self).items()}
+        """JSON-ready: a loss that diverged to NaN or infinity is null, never `NaN`; the
+        rounds a list of objects."""
+        out = {key: None if isinstance(value, float) and not math.isfinite(value) else value
+               for key, value in asdict(self).items()}
+        out["rounds"] = [dict(round_) for round_ in self.rounds]
+        return out

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunTimings", "summarise"]
+__all__ = ["RunTimings", "per_iteration", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def _latest(records: Iterable[Mapping[str, Any]], key: str) -> dict[int, float]:
     return latest
 
 
-def _per_iteration(records: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, float]]]:
+def per_iteration(records: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, float]]]:
     """Iteration → (compute, exchange) of every rank; a later round's replay wins."""
     by_iteration: dict[int, dict[int, tuple[int, float, float]]] = {}
     for record in records:
@@ -78,7 +78,7 @@ def summarise(records: Sequence[Mapping[str, Any]], launched: Sequence[float]) -
     (wall-clock times, index = round). Records of a round never launched (a stale key of
     an earlier job of the same name) are no part of this run and are ignored."""
     records = [record for record in records if int(record["round"]) < len(launched)]
-    iterations = _per_iteration(records)
+    iterations = per_iteration(records)
     period = np.array([min(c + x for c, x in ranks) for ranks in iterations.values()])
     compute = np.array([max(c for c, _x in ranks) for ranks in iterations.values()])
     exchange = np.maximum(period - compute, 0.0)

@@ -3,9 +3,11 @@
 `handler(event, context)` is the Lambda entry point (`launcher.worker.handler`) and what the
 local backend runs in each worker process. It trains the event's `workload` (see
 `launcher.workloads`: `digits-cnn` by default, on scikit-learn's digits, nothing to download)
-on the shard of its rank, and keeps no state of its own between iterations: batches are a
-function of (seed, rank, iteration) and the model and momentum live in the channel, so a
-relaunched worker continues exactly where the channel is.
+on its slice of each iteration's global batch, and keeps no state of its own between
+iterations: the global batch of iteration i is a function of (seed, i, its size) over the
+whole training set, rank r of n takes the r-th of n near-equal slices of it, and the model and
+momentum live in the channel. So a relaunched worker continues exactly where the channel is,
+and a group relaunched with another n trains on the very same batches.
 
 torch and scikit-learn are imported here, at module level, so that on Lambda (and in the local
 backend) their import is part of the init phase, not of the invocation's timeout.
@@ -45,10 +47,21 @@ def _load_flat(model: nn.Module, flat: np.ndarray) -> None:
     nn.utils.vector_to_parameters(torch.from_numpy(flat), model.parameters())
 
 
-def _batch(shard: np.ndarray, size: int, seed: int, rank: int, iteration: int) -> np.ndarray:
-    """The sample indices of one iteration: a pure function, so a resumed run draws the same."""
-    rng = np.random.default_rng((seed, rank, iteration))
-    return rng.choice(shard, size=min(size, shard.size), replace=False)
+def _batch(
+    samples: int, size: int, seed: int, iteration: int, rank: int, workers: int
+) -> tuple[np.ndarray, float]:
+    """Rank `rank`'s sample indices of iteration `iteration`, and the weight of its gradient.
+
+    The global batch (`size` samples, at most the training set's) is a pure function of
+    (seed, iteration, size), whatever the number of workers; rank r takes the r-th of
+    `workers` slices whose sizes differ by at most one. Its mean gradient × b_r·n/B, averaged
+    over the n ranks, is the mean gradient over the global batch: the weight is exactly 1.0
+    when n divides B.
+    """
+    rng = np.random.default_rng((seed, iteration, size))
+    batch = rng.choice(samples, size=min(size, samples), replace=False)
+    mine = np.array_split(batch, workers)[rank]
+    return mine, mine.size * workers / batch.size
 
 
 def _gradient(workload: Workload, x: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, float]:
@@ -99,12 +112,16 @@ def prepare(event: dict[str, Any]) -> None:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Train from the channel's live iteration until done or the invocation's deadline nears.
 
-    Event: `rank`, `workers`, `job`, `redis_url`, `iterations` (total), `local_batch`,
-    `checkpoint_every` (K), `timeout_margin_s`, `seed`, `workload` (a name or
-    `package.module:factory`, which also sets `lr` and `momentum`); optional
-    `barrier_timeout_s`. Returns `{"status": "done" | "timeout", "rank", "iteration", ...}`;
-    on "timeout" the launcher invokes every rank again and they resume from the checkpoint.
-    Before returning, it records its timings in the channel (`ParameterChannel.record_timings`).
+    Event: `rank`, `workers`, `job`, `redis_url`, `iterations` (total), `global_batch` (B,
+    split over the ranks; default `local_batch` × `workers`), `checkpoint_every` (K),
+    `timeout_margin_s`, `seed`, `workload` (a name or `package.module:factory`, which also
+    sets `lr` and `momentum`); optional `barrier_timeout_s`. Returns `{"status": "done" |
+    "timeout", "rank", "iteration", ...}`; on "timeout" (the invocation's deadline is near,
+    or the launcher asked the group to halt) the launcher invokes the ranks again, maybe
+    another number of them, and they resume from the checkpoint. Every K iterations and
+    before returning, it records its timings in the channel
+    (`ParameterChannel.record_timings`; the last record says `returned`), so the launcher
+    reads a round's timings while it runs.
     """
     torch.set_num_threads(1)
     with redis.Redis.from_url(event["redis_url"]) as client:
@@ -138,11 +155,14 @@ class _Clock:
         self.exchange.append(time.perf_counter() - computed)
         self.ended_at = time.time()
 
-    def record(self, channel: ParameterChannel, rank: int, round_: int) -> None:
-        """Store them in the channel (`ParameterChannel.record_timings`)."""
+    def record(
+        self, channel: ParameterChannel, rank: int, round_: int, *, returned: bool = False
+    ) -> None:
+        """Store them in the channel (`ParameterChannel.record_timings`); `returned`: the
+        invocation's last record, so the launcher knows it has left the group."""
         channel.record_timings(rank, round_, {
             "first_iteration": self.first_iteration, "first_at": self.first_at,
-            "ended_at": self.ended_at,
+            "ended_at": self.ended_at, "returned": returned,
             "compute_s": [round(value, 6) for value in self.compute],
             "exchange_s": [round(value, 6) for value in self.exchange],
         })
@@ -158,7 +178,8 @@ def _train(
     reference = str(event["workload"])
     workload = (_PREPARED.pop((reference, seed, str(event["job"])), None)
                 or load_workload(reference, seed))
-    shard = np.random.default_rng(seed).permutation(length(workload.train))[rank::workers]
+    samples = length(workload.train)
+    global_batch = int(event.get("global_batch") or int(event["local_batch"]) * workers)
     model = workload.model
     round_ = channel.round()
     channel.initialise(_flat(model), lr=float(workload.lr), momentum=float(workload.momentum))
@@ -172,22 +193,22 @@ def _train(
             clock.first_at = time.time()
         began = time.perf_counter()
         stop = context.get_remaining_time_in_millis() < margin_ms
-        index = torch.from_numpy(
-            _batch(shard, int(event["local_batch"]), seed, rank, iteration)
-        )
-        gradient, loss = _gradient(workload, *sample(workload.train, index))
+        index, weight = _batch(samples, global_batch, seed, iteration, rank, workers)
+        gradient, loss = _gradient(workload, *sample(workload.train, torch.from_numpy(index)))
         computed = time.perf_counter()
-        _load_flat(model, channel.exchange(rank, iteration, gradient, loss, stop=stop))
+        _load_flat(model, channel.exchange(rank, iteration, gradient * weight, loss, stop=stop))
         clock.lap(began, computed)
         iteration += 1
         if channel.halted and iteration < total:
             channel.checkpoint(iteration)
-            clock.record(channel, rank, round_)
+            clock.record(channel, rank, round_, returned=True)
             return {**reply, "status": "timeout", "iteration": iteration,
                     "trained": iteration - first, "seconds": time.monotonic() - started}
         if rank == 0 and (iteration % every == 0 or iteration == total):
             channel.checkpoint(iteration)
-    clock.record(channel, rank, round_)
+        if iteration % every == 0 and iteration < total:  # read while the round runs
+            clock.record(channel, rank, round_)
+    clock.record(channel, rank, round_, returned=True)
     reply.update(status="done", iteration=iteration, trained=iteration - first,
                  seconds=time.monotonic() - started)
     if rank == 0 and channel.result() is None:

@@ -142,21 +142,38 @@ class PlanningNoise:
 
 
 @cache
-def planning_noise(noise: NoiseModel, guarantee: float, max_functions: int) -> PlanningNoise:
-    """Tabulate the planning terms once per (noise, guarantee, n limit): reused across solves."""
+def _straggler_table(cv: float, max_functions: int) -> tuple[Array, Array]:
+    """`max_moments` for n = 1..N: the costly part of the planning terms, shared by every
+    noise model with this compute scatter (a re-planning run varies only its crash rate)."""
+    return max_moments(np.arange(1, max_functions + 1, dtype=np.float64), cv)
+
+
+@cache
+def _cold_start_table(
+    median_s: float, sigma: float, guarantee: float, max_functions: int
+) -> tuple[Array, Array]:
+    """The mean and the p-quantile of the slowest of n cold starts, n = 1..N."""
     functions = np.arange(1, max_functions + 1, dtype=np.float64)
-    z = max(0.0, normal_quantile(guarantee))
-    straggler_mean, straggler_variance = max_moments(functions, noise.compute_cv)
-    sigma = noise.cold_start_sigma
-    cold_mean_one = noise.cold_start_median_s * math.exp(sigma * sigma / 2)
+    cold_mean_one = median_s * math.exp(sigma * sigma / 2)
     cold_cv = math.sqrt(math.expm1(sigma * sigma))
     cold_mean = cold_mean_one * max_moments(functions, cold_cv)[0]
     # The slowest of n cold starts is within median·e^(σx) with probability Φ(x)^n: its
     # p-quantile in closed form (a normal approximation misses its long right tail).
     tail = -np.expm1(math.log(guarantee) / functions)  # 1 − p^(1/n), exact near p = 1
-    cold_quantile = noise.cold_start_median_s * np.exp(
-        -sigma * np.array([normal_quantile(t) for t in tail])
+    cold_quantile = median_s * np.exp(-sigma * np.array([normal_quantile(t) for t in tail]))
+    return cold_mean, cold_quantile
+
+
+@cache
+def planning_noise(noise: NoiseModel, guarantee: float, max_functions: int) -> PlanningNoise:
+    """Tabulate the planning terms once per (noise, guarantee, n limit): reused across solves."""
+    z = max(0.0, normal_quantile(guarantee))
+    straggler_mean, straggler_variance = _straggler_table(noise.compute_cv, max_functions)
+    sigma = noise.cold_start_sigma
+    cold_mean, cold_quantile = _cold_start_table(
+        noise.cold_start_median_s, sigma, guarantee, max_functions
     )
+    cold_mean_one = noise.cold_start_median_s * math.exp(sigma * sigma / 2)
     crash_cold_quantile = max(cold_mean_one, noise.cold_start_median_s * math.exp(sigma * z))
     return PlanningNoise(
         z, straggler_mean, straggler_variance, noise.bandwidth_cv**2, cold_mean, cold_quantile,

@@ -33,11 +33,16 @@ import numpy as np
 
 from lambdadnn.models import performance
 from lambdadnn.models.noise import NoiseModel, planning_noise
+from lambdadnn.simulator.adaptive import AdaptiveRun
 from lambdadnn.simulator.engine import TrialRun
 from lambdadnn.simulator.ldnn_alg1 import PUBLISHED_MAX_MB, n_upper
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
 from lambdadnn.solver.instance import Instance, MemoryGrid
 from lambdadnn.solver.pipeline import evaluate
+
+# A job run under a controller that re-plans it (`simulator.adaptive.run_adaptive`): (true
+# instance, true noise, seconds to the deadline, rng, most functions) → what the run did.
+Adaptive = Callable[[Instance, NoiseModel, float, np.random.Generator, int], AdaptiveRun]
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,8 @@ class StrategyPlan:
     `memory_mb` are 0 and `predicted_time_s` is infinite. `trials` are the profiling stages
     run for this job, in order, as (functions held, seconds); trials run side by side form
     one stage. The pool runs them before the job: they hold functions and count against its
-    deadline.
+    deadline. A strategy that re-plans as the job runs also gives `adaptive`: the pool runs
+    the job with it, and the plan above is only the first.
     """
 
     functions: int
@@ -58,6 +64,7 @@ class StrategyPlan:
     exploration_runs: int
     found: bool
     trials: tuple[tuple[int, float], ...] = ()
+    adaptive: Adaptive | None = None
 
 
 # A profiling trial under the truth: (functions, memory_mb, iterations, max_s, rng) →

@@ -6,7 +6,11 @@ answer without loading numpy, SymPy or Pyomo.
 
 # Planners that see only the belief; `clairvoyant` is told the truth (simulator.strategies).
 BASELINE_NAMES = ("naive", "ldnn-alg1", "ldnn-alg1-q", "power-tuning", "sample-search")
-STRATEGY_NAMES = ("lambdadnn", "lambdadnn-mean", *BASELINE_NAMES, "clairvoyant")
+# `lambdadnn-adaptive` starts from `lambdadnn`'s plan and re-plans at every check
+# (`simulator.adaptive`).
+STRATEGY_NAMES = (
+    "lambdadnn", "lambdadnn-mean", "lambdadnn-adaptive", *BASELINE_NAMES, "clairvoyant",
+)
 DEFAULT_GUARANTEE = 0.999  # the planning quantile of every strategy that plans for one
 DEFAULT_POOL_SIZE = 50_000  # λDNN's simulation (paper, Sec. 6)
 MAX_JOBS = 100_000  # per trace, read or generated: ten times the paper's 10,000-job traces

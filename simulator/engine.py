@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,6 +142,49 @@ def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -
 
 
 @dataclass(frozen=True)
+class Ran:
+    """Iterations a run completed one after another within a round, as it drew them.
+
+    The iterations `first + 1` … `first + len(ends_s)` of the plan (counted from its start,
+    redone ones again); `ends_s` are their ends in seconds since the round's first iteration
+    could start, which is `offset_s` seconds into the run; `compute_s` is iterations × workers
+    (each worker's gradient), `durations_s` barrier to barrier, `scales` 1 or the final
+    partial iteration's fraction.
+    """
+
+    first: int
+    offset_s: float
+    ends_s: Array
+    durations_s: Array
+    compute_s: Array
+    scales: Array
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """A worker crashed `at_s` seconds into the run; the run resumes from the checkpoint at
+    iteration `resume_from`."""
+
+    at_s: float
+    resume_from: int
+
+
+Step = Ran | Crashed
+
+
+@dataclass
+class _Tally:
+    """What a run has counted so far (its record at the end, or at a halt)."""
+
+    invocations: int = 0
+    restarts: int = 0
+    failures: int = 0
+    lost: int = 0
+    checkpoints: int = 0
+    segment_from: int = 0  # the checkpoint the current segment started from
+
+
+@dataclass(frozen=True)
 class _Segment:
     """Work from a checkpoint until the round ends, the job ends or a worker crashes."""
 
@@ -150,8 +194,10 @@ class _Segment:
     abandoned: bool = False  # stopped at `MAX_WORKER_ITERATIONS`
 
 
-class _Job:
-    """One run's constants and the state carried between rounds (the iteration estimate)."""
+class PlanRun:
+    """One run of a plan: its constants and the state carried between rounds (the iteration
+    estimate, the tally). `run()` simulates it to the end; `steps()` yields what it does as it
+    goes (`Ran`, `Crashed`), so a caller can watch it and `halt` it at a checkpoint."""
 
     def __init__(
         self, instance: Instance, functions: int, memory_mb: int, noise: NoiseModel,
@@ -203,6 +249,8 @@ class _Job:
         self.rng = rng
         self.failure_rate = functions * noise.failure_rate_per_hour / 3600
         self.drawn = 0  # worker-iterations drawn so far, against `MAX_WORKER_ITERATIONS`
+        self.tally = _Tally()
+        self.saved = 0  # the latest checkpoint taken on request (`save`), in iterations
         # The timeout estimate: the longest iteration so far, at first the model's mean.
         self.estimate = (f["t_comp_total"] + f["t_comm_total"]) / k
 
@@ -217,8 +265,9 @@ class _Job:
         """The first round's data load: the slowest worker's share from storage."""
         return self.t_load * float(draw_factors(self.rng, self.noise.bandwidth_cv, self.n).max())
 
-    def iteration_times(self, scales: Array) -> Array:
-        """Durations of iterations scaled by `scales` (1, or the final partial fraction)."""
+    def iteration_times(self, scales: Array) -> tuple[Array, Array]:
+        """Durations of iterations scaled by `scales` (1, or the final partial fraction), and
+        each worker's compute in them (iterations × workers)."""
         self.drawn += len(scales) * self.n
         compute = draw_factors(self.rng, self.noise.compute_cv, (len(scales), self.n))
         jitter = draw_factors(self.rng, self.noise.bandwidth_cv, len(scales))
@@ -226,13 +275,17 @@ class _Job:
         finish = compute * (self.t_comp * scales)[:, None]
         push_end = push_phase_end(finish, volume, self.flow_cap, self.link)
         times: Array = push_end + volume * self.pull_s_per_mb + 2 * self.latency_s * scales
-        return times
+        return times, finish
 
-    def segment(self, start_s: float, setup_s: float, done: int, fresh: bool) -> _Segment:
-        """Run from the checkpoint at iteration `done`, the setup starting `start_s` into the round.
+    def segment(
+        self, start_s: float, setup_s: float, done: int, fresh: bool, offset_s: float,
+    ) -> Generator[Ran, None, _Segment]:
+        """Run from the checkpoint at iteration `done`, the setup starting `start_s` into the round
+        (which starts `offset_s` into the run), yielding the iterations as they complete.
 
         `fresh`: the segment opens a round, whose first iteration always runs.
         """
+        self.tally.segment_from = done
         crash = math.inf
         if self.failure_rate > 0:
             crash = start_s + float(self.rng.exponential(1 / self.failure_rate))
@@ -250,7 +303,7 @@ class _Job:
             scales = np.ones(count)
             if count == left and self.fraction > 0:
                 scales[-1] = self.fraction
-            durations = self.iteration_times(scales)
+            durations, compute = self.iteration_times(scales)
             ends = clock + np.cumsum(durations)
             full = durations / scales
             seen = np.maximum.accumulate(np.concatenate(([self.estimate], full[:-1])))
@@ -262,39 +315,63 @@ class _Job:
                 survived = int(np.searchsorted(ends[:run], crash, side="right"))
                 if survived:
                     self.estimate = max(self.estimate, float(full[:survived].max()))
+                    yield Ran(done + completed, offset_s, ends[:survived], durations[:survived],
+                              compute[:survived], scales[:survived])
                 return _Segment(crash, completed + survived, True)
             if run:
                 self.estimate = max(self.estimate, float(full[:run].max()))
                 clock = float(ends[run - 1])
+                yield Ran(done + completed, offset_s, ends[:run], durations[:run], compute[:run],
+                          scales[:run])
             completed += run
             if run < count or completed == self.total - done:
                 return _Segment(clock, completed, False)
 
     def run(self) -> JobRun:
-        """Rounds until all iterations are done, with crashes handled inside each round."""
-        n, every = self.n, self.noise.checkpoint_every
-        done = invocations = restarts = failures = checkpoints = lost = 0
+        """The whole run (`steps` to the end)."""
+        steps = self.steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as end:
+                record: JobRun = end.value
+                return record
+
+    def steps(self, *, resumed: bool = False) -> Generator[Step, None, JobRun]:
+        """Rounds until all iterations are done, with crashes handled inside each round,
+        yielding what happens (`Ran`, `Crashed`) and returning the run's record.
+
+        `resumed`: the run starts from another plan's checkpoint, so its first round also pays
+        `restart_overhead_s` to load it, after the data load (`simulator.adaptive`).
+        """
+        n, every, tally = self.n, self.noise.checkpoint_every, self.tally
+        done = 0
         events = stuck = 0  # rounds and crashes; crashes since the last checkpoint
         time_s, finished = 0.0, False
         if self.total * n > MAX_WORKER_ITERATIONS:  # beyond the budget from the start
-            return self._record(0.0, 0.0, 0, 0, 0, 0.0, 0, finished)
+            return self._record(0.0, 0.0, finished)
         setup = self.load_time()
+        if resumed:
+            setup += self.restart_s
         while True:
             events += 1
-            invocations += n
+            tally.invocations += n
             start, fresh = self.cold_start(n), True
+            offset = time_s + self.startup_s
             while True:
-                seg = self.segment(start, setup, done, fresh)
+                seg = yield from self.segment(start, setup, done, fresh, offset)
                 setup = self.restart_s
                 if not seg.failed:
                     break
                 events += 1
-                failures += 1
-                invocations += 1
-                lost += seg.completed % every
-                checkpoints += seg.completed // every
-                done += seg.completed - seg.completed % every
-                stuck = 0 if seg.completed >= every else stuck + 1
+                tally.failures += 1
+                tally.invocations += 1
+                kept = max(seg.completed - seg.completed % every, self.saved - done)
+                tally.lost += seg.completed - kept
+                tally.checkpoints += seg.completed // every
+                done += kept
+                stuck = 0 if kept else stuck + 1
+                yield Crashed(offset + seg.end_s, done)
                 if stuck >= MAX_CRASHES_WITHOUT_CHECKPOINT or events >= MAX_EVENTS:
                     break
                 start, fresh = seg.end_s + self.cold_start(1), False
@@ -303,20 +380,30 @@ class _Job:
                 break
             done += seg.completed
             if done == self.total:
-                checkpoints += max(seg.completed - 1, 0) // every
+                tally.checkpoints += max(seg.completed - 1, 0) // every
                 finished = True
                 break
             if seg.abandoned or events >= MAX_EVENTS:
                 break
             # The periodic checkpoints, then the one before the timeout (none if nothing ran).
-            checkpoints += (seg.completed - 1) // every + 1
+            tally.checkpoints += (seg.completed - 1) // every + 1
             stuck = 0 if seg.completed else stuck
-            restarts += 1
-        iterations = self.k if finished else float(done)
-        return self._record(
-            time_s, iterations, invocations, restarts, failures, float(lost), checkpoints,
-            finished,
-        )
+            tally.restarts += 1
+        return self._record(time_s, self.k if finished else float(done), finished)
+
+    def save(self, iterations: int) -> None:
+        """A checkpoint now, at the end of its iteration `iterations` (at no cost, as the
+        periodic ones): a later crash loses only the work after it (`simulator.adaptive`)."""
+        self.saved = iterations
+
+    def halt(self, at_s: float, iterations: int) -> JobRun:
+        """Stop the run `at_s` seconds in, at the end of its iteration `iterations` (of the
+        round under way): the round ends there with a checkpoint, so nothing is lost, and the
+        functions are billed until then. The record counts as finished: it did what was asked.
+        """
+        tally, every = self.tally, self.noise.checkpoint_every
+        tally.checkpoints += (iterations - tally.segment_from - 1) // every + 1
+        return self._record(at_s, float(iterations), True)
 
     def bill(self, time_s: float, invocations: int) -> tuple[float, float]:
         """GB-seconds and dollars of `time_s` on all n functions, as the module docstring says."""
@@ -336,7 +423,7 @@ class _Job:
         setup_s = self.cold_start(self.n) + self.startup_s
         share = min(1.0, iterations / self.k)
         load_s = self.load_time() * share
-        ends = load_s + np.cumsum(self.iteration_times(np.ones(iterations)))
+        ends = load_s + np.cumsum(self.iteration_times(np.ones(iterations))[0])
         ran = int(np.searchsorted(ends, max_s, side="right"))
         durations = np.diff(ends[:ran], prepend=load_s)
         time_s = setup_s + (float(ends[-1]) if ran == iterations else max_s)
@@ -347,16 +434,14 @@ class _Job:
             iteration_s=tuple(float(d) for d in durations),
         )
 
-    def _record(
-        self, time_s: float, iterations: float, invocations: int, restarts: int, failures: int,
-        lost_iterations: float, checkpoints: int, finished: bool,
-    ) -> JobRun:
-        """The run's record, billed as the module docstring says."""
-        gb_seconds, cost = self.bill(time_s, invocations)
+    def _record(self, time_s: float, iterations: float, finished: bool) -> JobRun:
+        """The run's record from its tally, billed as the module docstring says."""
+        tally = self.tally
+        gb_seconds, cost = self.bill(time_s, tally.invocations)
         return JobRun(
             time_s=time_s, cost_usd=cost, gb_seconds=gb_seconds, iterations=iterations,
-            invocations=invocations, restarts=restarts, failures=failures,
-            lost_iterations=lost_iterations, checkpoints=checkpoints, finished=finished,
+            invocations=tally.invocations, restarts=tally.restarts, failures=tally.failures,
+            lost_iterations=float(tally.lost), checkpoints=tally.checkpoints, finished=finished,
         )
 
 
@@ -369,7 +454,7 @@ def simulate_job(
     Raises `InstanceError` for a plan the model calls invalid (it cannot train at all); a run
     past the simulator's limits comes back abandoned (`finished` false), never a hang.
     """
-    return _Job(instance, functions, memory_mb, noise, rng).run()
+    return PlanRun(instance, functions, memory_mb, noise, rng).run()
 
 
 def simulate_trial(
@@ -388,4 +473,4 @@ def simulate_trial(
         )
     if not max_s > 0:
         raise InstanceError(f"`max_s` must be a positive number, got {brief(max_s)}")
-    return _Job(instance, functions, memory_mb, noise, rng).trial(int(iterations), max_s)
+    return PlanRun(instance, functions, memory_mb, noise, rng).trial(int(iterations), max_s)

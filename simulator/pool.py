@@ -7,6 +7,13 @@ ones behind it, as a fair queue would), then runs in the simulator for as long a
 says and gives its functions back. Random draws come from two streams per job seeded by
 (seed, job index) — one for planning (a strategy's trial runs), one for the run itself — so
 every strategy meets the same luck on the same job, whatever it consumed while planning.
+
+A job run by a controller that re-plans it (`lambdadnn-adaptive`) holds its plans' functions
+stage by stage, each once its functions are free, as trials are placed. Its controller is
+given the deadline less the job's wait: the wait until the first plan's functions are free
+for its predicted time (a later stage delayed by a busy pool delays the job beyond what its
+controller knew; a job that waited past its deadline is planned for `LATE_BUDGET_S`, which
+asks for the fastest plan).
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ from typing import Any, Literal
 import numpy as np
 
 from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator.adaptive import AdaptiveRun
 from lambdadnn.simulator.baselines import Strategy, StrategyPlan
 from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
-from lambdadnn.simulator.engine import TrialRun, simulate_job, simulate_trial
+from lambdadnn.simulator.engine import JobRun, TrialRun, simulate_job, simulate_trial
 from lambdadnn.simulator.trace import Job, check_seed
 from lambdadnn.simulator.truth import Truth
 from lambdadnn.solver.errors import InstanceError
@@ -32,6 +40,7 @@ from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import Instance
 
 _PLAN_STREAM, _RUN_STREAM = 0, 1
+LATE_BUDGET_S = 1e-3  # the time budget of an adaptive job that waited past its deadline
 
 Status = Literal["ok", "no-plan", "abandoned"]
 
@@ -86,9 +95,10 @@ def job_rng(seed: int, index: int, stream: int) -> np.random.Generator:
 
 def _outcome(
     index: int, job: Job, plan: StrategyPlan, start: float, *, time_s: float, cost_usd: float,
-    gb_seconds: float, restarts: int, failures: int, status: Status,
+    gb_seconds: float, restarts: int, failures: int, status: Status, end: float | None = None,
 ) -> JobOutcome:
-    end = start + time_s
+    """The outcome; `end` defaults to `start + time_s` (a job whose stages waited ends later)."""
+    end = start + time_s if end is None else end
     return JobOutcome(
         index=index,
         instance_name=job.instance_name,
@@ -144,6 +154,14 @@ class Capacity:
 
     def take(self, start: float, functions: int, seconds: float) -> float:
         """Hold `functions` for `seconds` from the earliest time ≥ `start` they are free."""
+        at = self.earliest(start, functions, seconds)
+        first, last = self._split(at), self._split(at + seconds)
+        for k in range(first, last):
+            self.used[k] += functions
+        return at
+
+    def earliest(self, start: float, functions: int, seconds: float) -> float:
+        """The earliest time ≥ `start` from which `functions` are free for `seconds`."""
         i = max(0, bisect.bisect_right(self.times, start) - 1)
         at = start
         while True:
@@ -155,9 +173,6 @@ class Capacity:
             else:
                 break
             i, at = j + 1, self.times[j + 1]  # past the segment that is too full
-        first, last = self._split(at), self._split(at + seconds)
-        for k in range(first, last):
-            self.used[k] += functions
         return at
 
     def forget(self, before: float) -> None:
@@ -218,17 +233,34 @@ def run_trace(
                 start = capacity.take(start, functions, seconds)
                 first_start = start if stage == 0 else first_start
                 start += seconds
-            run = simulate_job(
-                true_instance, plan.functions, plan.memory_mb, noise=true_noise,
-                rng=job_rng(seed, index, _RUN_STREAM),
-            )
-            start = capacity.take(start, plan.functions, run.time_s)
+            run: JobRun | AdaptiveRun
+            if plan.adaptive is None:
+                run = simulate_job(
+                    true_instance, plan.functions, plan.memory_mb, noise=true_noise,
+                    rng=job_rng(seed, index, _RUN_STREAM),
+                )
+                start = capacity.take(start, plan.functions, run.time_s)
+                end = start + run.time_s
+                restarts = run.restarts
+            else:
+                start = capacity.earliest(start, plan.functions, plan.predicted_time_s)
+                budget = job.deadline_s - (start - job.submit_time_s)
+                run = plan.adaptive(
+                    true_instance, true_noise, budget if budget > 0 else LATE_BUDGET_S,
+                    job_rng(seed, index, _RUN_STREAM), int(pool_size),
+                )
+                end = start
+                for stage, (functions, seconds) in enumerate(run.stages):
+                    end = capacity.take(end, functions, seconds)
+                    start = end if stage == 0 else start
+                    end += seconds
+                restarts = run.restarts + run.switches
             first_start = first_start if plan.trials else start
             capacity.forget(first_start)
             outcomes[index] = _outcome(
                 index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
-                gb_seconds=run.gb_seconds, restarts=run.restarts, failures=run.failures,
-                status="ok" if run.finished else "abandoned",
+                gb_seconds=run.gb_seconds, restarts=restarts, failures=run.failures,
+                status="ok" if run.finished else "abandoned", end=end,
             )
         if progress is not None:
             progress(done, len(jobs))

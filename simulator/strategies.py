@@ -3,17 +3,21 @@
 Strategies that learn (the tuners) keep state across the jobs of one run, so each run gets
 new ones. `clairvoyant` is `lambdadnn` told the truth: the instance and noise the engine
 really runs (`simulator.truth`). It is the floor no planner can beat at the same guarantee;
-every other strategy sees only the belief.
+every other strategy sees only the belief. `lambdadnn-adaptive` starts from `lambdadnn`'s plan
+and lets the controller (`solver.adaptive`) re-plan the job at every check as it runs
+(`simulator.adaptive`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
 
 from lambdadnn.models.noise import NoiseModel
+from lambdadnn.simulator.adaptive import AdaptiveRun, run_adaptive
 from lambdadnn.simulator.baselines import (
     Measure,
     Strategy,
@@ -57,6 +61,30 @@ def lambdadnn_strategy(
     return plan_for
 
 
+def adaptive_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Strategy:
+    """`lambdadnn`'s first plan, with the job run under the controller, which re-plans it at
+    every check from what the run measured (the pool calls `StrategyPlan.adaptive`)."""
+    static = lambdadnn_strategy(guarantee)
+
+    def plan_for(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
+        plan = static(instance, rng, noise, measure)
+
+        def run(
+            truth: Instance, true_noise: NoiseModel, budget_s: float,
+            run_rng: np.random.Generator, max_functions: int,
+        ) -> AdaptiveRun:
+            return run_adaptive(
+                instance, truth, true_noise, guarantee=guarantee, noise=noise,
+                budget_s=budget_s, rng=run_rng, max_functions=max_functions,
+            )
+
+        return dataclasses.replace(plan, adaptive=run) if plan.found else plan
+
+    return plan_for
+
+
 def check_names(names: Sequence[str], *, field: str = "strategies") -> None:
     """`InstanceError` unless `names` are one or more distinct strategies of `STRATEGY_NAMES`;
     `field` is what the message calls them (the CLI's `--strategies`)."""
@@ -85,6 +113,8 @@ def strategy(
             None if name == "lambdadnn-mean" else guarantee,
             truth=(truth or Truth()) if name == "clairvoyant" else None,
         )
+    if name == "lambdadnn-adaptive":
+        return adaptive_strategy(guarantee)
     if name == "power-tuning":
         return PowerTuning(guarantee)
     if name == "sample-search":

@@ -43,6 +43,7 @@ from lambdadnn.solver.plan import (
 from lambdadnn.solver.selection import select
 
 InstanceLike = Instance | Mapping[str, Any] | str | Path
+RECHECK_RTOL = 1e-12  # the re-check's time may differ from the search's in the last bits
 
 
 def _with_deadline(instance: Instance, deadline_s: float | None) -> Instance:
@@ -209,10 +210,15 @@ def _require_finite(
         )
 
 
-def evaluate(instance: InstanceLike, *, functions: int, memory_mb: int) -> Evaluation:
-    """The model's figures for any plan, feasible or not (`valid`, `feasible`, `violations`)."""
+def evaluate(
+    instance: InstanceLike, *, functions: int, memory_mb: int, guarantee: float | None = None,
+    noise: NoiseModel | None = None,
+) -> Evaluation:
+    """The model's figures for any plan, feasible or not (`valid`, `feasible`, `violations`);
+    with `guarantee` (and `noise`) its deadline is checked as `solve` checks it."""
     n, m = plan_size(functions, memory_mb)
-    return _evaluation(load_instance(instance), n, m)
+    loaded = load_instance(instance)
+    return _evaluation(loaded, n, m, _planning_noise(loaded, guarantee, noise))
 
 
 def _planning_noise(
@@ -290,7 +296,10 @@ def solve(
     plan_n, plan_m, plan_t = int(n[chosen]), int(memory[index[chosen]]), float(t[chosen])
 
     checked = _evaluation(loaded, plan_n, plan_m, planning)
-    if not checked.valid or checked.deadline_time_s != plan_t:
+    # The search's figures are vectorised, the re-check's scalar: numpy may round them
+    # differently in the last place, nothing more.
+    agrees = math.isclose(checked.deadline_time_s, plan_t, rel_tol=RECHECK_RTOL)
+    if not checked.valid or not agrees:
         raise SolverError(
             f"re-check failed: the model gives {checked.deadline_time_s!r} s for the chosen plan "
             f"({plan_n} × {plan_m} MB), the search {plan_t!r} s"

@@ -94,7 +94,8 @@ def test_every_strategy_plans_validly(name: str, instance: Instance) -> None:
 
 def test_registry_names() -> None:
     """The CLI's light list of names (simulator.defaults): ours, the baselines, the floor."""
-    assert ("lambdadnn", "lambdadnn-mean", *BASELINE_NAMES, "clairvoyant") == STRATEGY_NAMES
+    ours = ("lambdadnn", "lambdadnn-mean", "lambdadnn-adaptive")
+    assert (*ours, *BASELINE_NAMES, "clairvoyant") == STRATEGY_NAMES
     assert len(set(STRATEGY_NAMES)) == len(STRATEGY_NAMES)
 
 

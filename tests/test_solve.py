@@ -200,3 +200,31 @@ def test_a_model_overflow_names_the_likely_field_and_poisons_nothing() -> None:
     assert (again.functions, again.memory_mb, again.cost_usd) == (
         normal.functions, normal.memory_mb, normal.cost_usd
     )
+
+
+def test_the_recheck_allows_the_last_bit_of_a_vectorised_time() -> None:
+    """A remaining-work instance the adaptive controller built, on which the search's
+    vectorised time (786.5536958880472 s) and the re-check's scalar one (…473) differ in the
+    last bit: that is rounding, not a wrong plan, and `solve` answers."""
+    import dataclasses
+
+    from lambdadnn.models.noise import NoiseModel
+    from lambdadnn.solver.instance import (
+        ParameterServer,
+        RateProfile,
+        load_instance,
+    )
+    from lambdadnn.solver.shipped import instances_folder
+
+    base = load_instance(instances_folder() / "resnet50-cifar10.yaml")
+    instance = dataclasses.replace(
+        base,
+        workload=dataclasses.replace(base.workload, samples=86688, epochs=1, local_batch=1024),
+        profile=dataclasses.replace(base.profile, rate=RateProfile(
+            slope=0.0029778516325870393, intercept=11.216574482744514)),
+        parameter_server=ParameterServer(1098.0216200677899, 76.86151340474528, 0.096),
+    )
+    plan = solve(instance, deadline_s=805.4897058450968, guarantee=0.999,
+                 noise=NoiseModel(compute_cv=0.21))
+    assert (plan.status, plan.functions, plan.memory_mb) == ("optimal", 12, 2432)
+    assert plan.deadline_time_s == pytest.approx(786.5536958880472, rel=1e-12)
