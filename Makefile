@@ -45,10 +45,12 @@ typecheck: $(VENV)/.installed-test
 	  -p lambdadnn.launcher -m lambdadnn.cli -m lambdadnn
 
 ## pytest: start redis-server and a moto server on 127.0.0.1, run pytest with line and branch
-## coverage of models/ and solver/, stop them
+## coverage of models/ and solver/ in PYTEST_WORKERS processes (pytest-xdist, a test file
+## per process at a time; each its own Redis database), stop them
 COVERAGE := --cov=lambdadnn.models --cov=lambdadnn.solver --cov-report=term
+PYTEST_WORKERS ?= 2
 pytest: $(VENV)/.installed-test $(REDIS_SERVER)
-	.ci/with-services $(BIN)/pytest $(COVERAGE)
+	.ci/with-services $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(COVERAGE)
 
 ## bench: solve() vs brute force and Algorithm 1; 10,000 simulated jobs vs the 60 s target;
 ## a 90-cell sweep on the local Dask cluster vs its 10-minute target

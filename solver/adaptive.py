@@ -343,10 +343,14 @@ class Controller:
         return belief
 
     def _noise(self) -> NoiseModel:
+        """The noise model as now believed. A check that keeps the plan checkpoints it (both
+        executors do), so a crash loses at most the iterations between two checks."""
+        between = max(MIN_LEG_ITERATIONS, math.ceil(CHECK_EVERY * self.iterations))
         return dataclasses.replace(
             self.noise, compute_cv=self.belief.compute_cv,
             failure_rate_per_hour=self.belief.failure_rate_per_hour(
                 self.noise.failure_rate_per_hour),
+            checkpoint_every=min(self.noise.checkpoint_every, between),
         )
 
     def _remaining(self, iterations: float, *, fresh: bool, z: float | None) -> Instance:

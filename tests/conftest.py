@@ -26,7 +26,11 @@ def redis_url() -> Iterator[str]:
     loopback port; skipped with the reason when redis-server is not installed."""
     url = os.environ.get("REDIS_URL")
     if url is not None:
-        yield url
+        # Each pytest-xdist worker (gw0, gw1, …) gets a database of its own, so that a test
+        # that checks no job keys are left sees only its own worker's.
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        database = 0 if worker is None else int(worker.removeprefix("gw")) + 1
+        yield f"{url.rsplit('/', 1)[0]}/{database}"
         return
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server); "

@@ -75,6 +75,9 @@ POOL = "tests/test_pool.py"
 BASELINES = "tests/test_baselines.py"
 TUNERS = "tests/test_tuners.py"
 FAILURES = "tests/test_failure_planning.py"
+CONTROLLER = "tests/test_controller.py"
+ADAPTIVE_SIM = "tests/test_adaptive_simulator.py"
+ADAPTIVE_LAUNCH = "tests/test_adaptive_launch.py"
 
 EQUATIONS = "models/equations.py"
 NOISE = "models/noise.py"
@@ -306,6 +309,43 @@ MUTANTS: tuple[Mutant, ...] = (
            "return np.asarray((predicted(p) - tau) / tau, dtype=np.float64)",
            "return np.asarray(predicted(p) - tau, dtype=np.float64)",
            (FIT,), "absolute residuals: the slow trials at small memory dominate the fit"),
+    # --- adaptive execution (solver/adaptive.py, its simulator and launcher) -----------------
+    Mutant("adaptive-geometric-mean", "solver/adaptive.py",
+           "mean_ratio = float(ratios.mean())",
+           "mean_ratio = float(np.exp(np.log(ratios).mean()))",
+           (CONTROLLER,), "the factor is the legs' geometric mean ratio: heavy tails vanish"),
+    Mutant("adaptive-compute-unobserved", "solver/adaptive.py",
+           "compute=belief.compute.observe(\n                worker_means / t_comp)",
+           "compute=belief.compute.observe(\n                0 * worker_means / t_comp)",
+           (CONTROLLER,), "the controller never learns the compute speed"),
+    Mutant("adaptive-restart-free", "solver/adaptive.py",
+           "restart_s = self.instance.platform.restart_overhead_s if restart else 0.0",
+           "restart_s = 0.0",
+           (CONTROLLER,), "a new plan's restart from the checkpoint is taken to cost nothing"),
+    Mutant("adaptive-no-hysteresis", "solver/adaptive.py",
+           "MIN_SAVING * carry.cost_usd, MIN_RUN_SAVING * self.decisions[0].cost_usd",
+           "0.0, 0.0",
+           (CONTROLLER,), "any cheaper plan is taken, however little it saves"),
+    Mutant("adaptive-batch-follows-n", "solver/adaptive.py",
+           "local_batch=batch, max_global_batch=batch,",
+           "local_batch=max(1, batch // 8), max_global_batch=batch,",
+           (ADAPTIVE_SIM,), "the rest of the run keeps the local batch, not the global one"),
+    Mutant("adaptive-no-crash-check", "simulator/adaptive.py",
+           "            check(base_iteration + step.resume_from, step.at_s)\n",
+           "",
+           (ADAPTIVE_SIM,), "a crash is not a check: the lost time is seen only later"),
+    Mutant("adaptive-no-check-checkpoint", "simulator/adaptive.py",
+           "            plan.save(done - base_iteration)\n",
+           "",
+           (ADAPTIVE_SIM,), "a check that keeps the plan does not checkpoint it"),
+    Mutant("launch-halt-ignored", "launcher/channel.py",
+           'pipe.exists(stop_key, self._key("halt"))',
+           "pipe.exists(stop_key)",
+           (ADAPTIVE_LAUNCH,), "the launcher's halt never stops the group"),
+    Mutant("launch-slice-unweighted", "launcher/worker.py",
+           "channel.exchange(rank, iteration, gradient * weight, loss, stop=stop)",
+           "channel.exchange(rank, iteration, gradient, loss, stop=stop)",
+           (ADAPTIVE_LAUNCH,), "unequal slices of the global batch averaged as if equal"),
 )
 
 # Mutants the issue asks for whose code does not exist yet.

@@ -97,6 +97,19 @@ def test_a_check_checkpoint_limits_what_a_crash_loses() -> None:
     assert first_crash(save=False) == (saved_at, 0)
 
 
+def test_a_crash_is_a_check_and_a_check_a_checkpoint() -> None:
+    """Crashes the belief does not know of, and no periodic checkpoint within the run: each
+    crash ends its leg (the controller is asked at once), and a crash loses at most the leg
+    it ended, since every check before it saved the run — never the work since the start."""
+    instance = _instance()
+    truth = Truth(failure_rate_per_h=6.0)
+    run = _run(instance, truth, NoiseModel(checkpoint_every=10_000), seed=2)
+    assert run.finished and run.failures >= 2
+    assert all(leg.failures <= 1 for leg in run.legs)
+    longest = max(leg.iterations for leg in run.legs)
+    assert run.lost_iterations <= run.failures * longest < run.iterations
+
+
 def test_no_iteration_is_lost_or_repeated_across_changes() -> None:
     """A slower truth with crashes: the plan changes, and the iterations simulated in the legs
     are the run's iterations plus those redone after crashes, no more and no fewer."""

@@ -117,6 +117,12 @@ def test_behind_scales_up_and_the_new_plan_meets_the_truth() -> None:
                      guarantee=GUARANTEE, noise=controller._noise())
     restart = instance.platform.restart_overhead_s
     assert truth.deadline_time_s + restart <= controller.deadline_s - seconds
+    # Its predicted time is the model's for the rest at the planned speeds plus the restart.
+    left = controller.iterations - start.next_check_iteration
+    planned = evaluate(controller._remaining(left, fresh=True, z=controller._z),
+                       functions=decision.functions, memory_mb=decision.memory_mb,
+                       guarantee=GUARANTEE, noise=controller._noise())
+    assert decision.predicted_s == pytest.approx(planned.deadline_time_s + restart, rel=1e-12)
 
 
 def test_behind_whole_run_finishes_in_time() -> None:

@@ -222,10 +222,13 @@ def test_context_refuses_workload_entries_that_would_collide(
     assert not (tmp_path / "context").exists()  # checked before anything is written
 
 
-def test_context_refuses_a_workload_dir_that_is_not_a_folder(tmp_path: Path) -> None:
+def test_context_refuses_a_workload_dir_that_is_not_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "mynet.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)  # a relative name: a long temporary folder is shortened
     with pytest.raises(LaunchError, match=r"^`--workload-dir` .*mynet\.py' is not a folder"):
-        build_context(tmp_path / "context", workload_dirs=[tmp_path / "mynet.py"])
+        build_context(tmp_path / "context", workload_dirs=[Path("mynet.py")])
 
 
 def test_an_unreadable_workload_is_one_line(tmp_path: Path) -> None:

@@ -186,13 +186,16 @@ def test_platform_file_beside_the_instance_wins(tmp_path: Path) -> None:
 
 
 def test_bad_platform_file_names_the_field_and_the_file(tmp_path: Path) -> None:
-    """An error inside a platform file says which field, and in which file."""
+    """An error inside a platform file says which field, and in which file (its path, cut
+    short with `...` when it is long, as a deep temporary folder's is)."""
     broken = raw(PLATFORMS / "aws-lambda-x86_64.yaml") | {"timeout_s": "fifteen minutes"}
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(broken))
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(mobilenet() | {"platform": "broken"}))
     message = error_of(tmp_path / "job.yaml")
     assert "`platform.timeout_s`" in message and "'fifteen minutes'" in message
-    assert "broken.yaml" in message
+    shown = message.split("(in '", 1)[1].removesuffix(")").removesuffix("'")
+    assert str(tmp_path / "broken.yaml").startswith(shown.removesuffix("..."))
+    assert len(shown.removesuffix("...")) > len(str(tmp_path)) // 2
 
 
 # --- specific messages --------------------------------------------------------------------
@@ -241,13 +244,15 @@ def test_platform_name_is_not_a_path(name: str) -> None:
     assert "`platform`" in error_of(mapping)
 
 
-def test_yaml_syntax_error_gives_the_line(tmp_path: Path) -> None:
+def test_yaml_syntax_error_gives_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A YAML syntax error points at the line, not at a PyYAML traceback."""
-    path = tmp_path / "broken.yaml"
-    path.write_text(
+    (tmp_path / "broken.yaml").write_text(
         "name: broken\nplatform: aws-lambda-x86_64\nworkload:\n  epochs: 6\n   samples: 5\n"
     )
-    message = error_of(path)
+    monkeypatch.chdir(tmp_path)  # a relative name: a long temporary folder is shortened
+    message = error_of(Path("broken.yaml"))
     assert "broken.yaml" in message and "line 5" in message
 
 
