@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from lambdadnn.solver.adaptive import (
     PRIOR_EXPOSURE_H,
     PRIOR_SD,
     Controller,
+    Decision,
     Factor,
     Observation,
 )
@@ -59,6 +61,18 @@ def _leg(
     return observation, seconds
 
 
+def _first_check(
+    controller: Controller, *, lost_s: float = 0.0, **leg: Any
+) -> tuple[Decision, float]:
+    """The first check after a leg measured as `_leg(**leg)` says, `lost_s` more seconds
+    gone (a crash's); the decision and the leg's seconds."""
+    at = controller.last.next_check_iteration
+    observation, seconds = _leg(controller, at, **leg)
+    decision = controller.decide(iterations_done=at, elapsed_s=seconds + lost_s,
+                                 observation=observation)
+    return decision, seconds
+
+
 def _run(controller: Controller, *, slow: float, lost_s: float = 0.0) -> float:
     """Drive the controller to the end of its run under a truth `slow` × the belief; the
     run's seconds. A switch costs the restart overhead; `lost_s` is lost at the first check."""
@@ -93,9 +107,7 @@ def test_behind_scales_up_and_the_new_plan_meets_the_truth() -> None:
     instance = _instance()
     controller = _controller()
     start = controller.last
-    observation, seconds = _leg(controller, start.next_check_iteration, slow=1.25)
-    decision = controller.decide(iterations_done=start.next_check_iteration,
-                                 elapsed_s=seconds, observation=observation)
+    decision, seconds = _first_check(controller, slow=1.25)
     assert decision.action == "scale-up" and decision.reason.startswith("behind")
     assert decision.previous == (start.functions, start.memory_mb)
     assert decision.rate_ratio == pytest.approx(0.8, rel=0.02)
@@ -140,9 +152,7 @@ def test_ahead_scales_down_and_costs_less() -> None:
     meets the deadline."""
     controller = _controller()
     start = controller.last
-    observation, seconds = _leg(controller, start.next_check_iteration, slow=0.6)
-    decision = controller.decide(iterations_done=start.next_check_iteration,
-                                 elapsed_s=seconds, observation=observation)
+    decision, seconds = _first_check(controller, slow=0.6)
     assert decision.action == "scale-down" and decision.reason.startswith("ahead")
     carry = controller._option(start.functions, start.memory_mb,
                                controller.iterations - start.next_check_iteration,
@@ -156,13 +166,8 @@ def test_crash_updates_the_rate_and_a_lost_leg_is_caught_up() -> None:
     """A crash that loses a fifth of the deadline at the first check: the crash rate's
     posterior rises to f/(PRIOR_EXPOSURE_H + exposure), and the run scales up to catch up."""
     controller = _controller()
-    start = controller.last
-    exposure = 3600.0
-    observation, seconds = _leg(controller, start.next_check_iteration, failures=1,
-                                exposure_s=exposure)
-    decision = controller.decide(iterations_done=start.next_check_iteration,
-                                 elapsed_s=seconds + controller.deadline_s / 5,
-                                 observation=observation)
+    decision, _ = _first_check(controller, lost_s=controller.deadline_s / 5, failures=1,
+                               exposure_s=3600.0)
     assert decision.failure_rate_per_hour == pytest.approx(1 / (PRIOR_EXPOSURE_H + 1))
     assert decision.action == "scale-up" and decision.slack_s >= 0
 
@@ -171,10 +176,7 @@ def test_hopeless_run_takes_the_fastest_plan_and_says_it_misses() -> None:
     """With the deadline nearly spent, no plan meets it: the fastest one is taken, and the
     reason says it still misses."""
     controller = _controller()
-    start = controller.last
-    observation, _ = _leg(controller, start.next_check_iteration)
-    decision = controller.decide(iterations_done=start.next_check_iteration,
-                                 elapsed_s=controller.deadline_s * 0.95, observation=observation)
+    decision, _ = _first_check(controller, lost_s=controller.deadline_s * 0.95)
     assert decision.action in ("scale-up", "switch") and "still misses" in decision.reason
     assert decision.slack_s < 0
 
@@ -232,10 +234,7 @@ def test_a_switch_that_meets_meets_at_the_guarantee(slow: float, seed: int) -> N
     predicts (at the guarantee, restart included) no more than the time left, and a
     continue while on track leaves a non-negative slack."""
     controller = _controller()
-    start = controller.last
-    observation, seconds = _leg(controller, start.next_check_iteration, slow=slow, seed=seed)
-    decision = controller.decide(iterations_done=start.next_check_iteration,
-                                 elapsed_s=seconds, observation=observation)
+    decision, seconds = _first_check(controller, slow=slow, seed=seed)
     if decision.changed and "still misses" not in decision.reason:
         assert decision.predicted_s <= controller.deadline_s - seconds
     if decision.action == "continue" and decision.reason.startswith("on track"):
