@@ -341,12 +341,12 @@ def frontier_command(
 
 
 def _report_table(reports: list[StrategyReport]) -> str:
-    header = (f"  {'strategy':<14}{'met':>8}{'total $':>11}{'mean $':>10}{'explore $':>11}"
+    header = (f"  {'strategy':<19}{'met':>8}{'total $':>11}{'mean $':>10}{'explore $':>11}"
               f"{'mem GB':>8}{'GB-s':>14}{'|pred-sim| s':>14}{'wall s':>8}")
     lines = [header]
     for r in reports:
         lines.append(
-            f"  {r.name:<14}{r.deadline_met:>8.2%}{r.total_cost_usd:>11.2f}"
+            f"  {r.name:<19}{r.deadline_met:>8.2%}{r.total_cost_usd:>11.2f}"
             f"{r.mean_cost_usd:>10.4f}{r.exploration_cost_usd:>11.2f}{r.mean_memory_gb:>8.1f}"
             f"{r.gb_seconds:>14,.0f}{r.mean_abs_prediction_error_s:>14.1f}{r.seconds:>8.1f}"
         )
@@ -370,7 +370,7 @@ def _progress_bars(enabled: bool) -> Callable[[str], Callable[[int, int], None]]
 
         def update(done: int, total: int) -> None:
             if "bar" not in state:
-                state["bar"] = click.progressbar(length=total, label=f"{name:<14}",
+                state["bar"] = click.progressbar(length=total, label=f"{name:<19}",
                                                  file=sys.stderr)
                 state["bar"].__enter__()
             state["bar"].update(1)
@@ -551,11 +551,11 @@ def _sweep_text(result: Any, cells: int) -> str:
 
     lines = [f"{cells} cells on {result.workers} Dask worker(s) in {result.wall_s:.1f} s; "
              "means over seeds ± the 95% Student t interval",
-             f"  {'strategy':<15}{'truth':<26}{'jobs/s':>7}  {'deadlines met':<19}"
+             f"  {'strategy':<19}{'truth':<26}{'jobs/s':>7}  {'deadlines met':<19}"
              f"{'mean $ per job':<21}{'total $':<18}"]
     for row in result.aggregates:
         lines.append(
-            f"  {row['strategy']:<15}{row['truth_label']:<26}{row['rate_per_s']:>7g}  "
+            f"  {row['strategy']:<19}{row['truth_label']:<26}{row['rate_per_s']:>7g}  "
             f"{shown(row['deadline_met'], '.2%'):<19}{shown(row['mean_cost_usd'], '.4f'):<21}"
             f"{shown(row['total_cost_usd'], ',.2f'):<18}"
         )

@@ -94,18 +94,21 @@ def check_capacity(
     """
     if adaptive and spec.instance is not None:
         instance = spec.instance
-        vcpu_cap = instance.platform.max_vcpu
-        if instance.max_functions > MAX_LOCAL_FUNCTIONS or (not oversubscribe and (
-            vcpu_cap is None or vcpu_cap > available_cpus()
-        )):
-            allowed = "no limit" if vcpu_cap is None else f"{vcpu_cap:g} vCPU"
-            raise LaunchError(
-                f"`--adaptive` may switch to any plan of platform "
-                f"{brief(instance.platform.name, 60)} ({allowed}, up to "
-                f"{instance.max_functions:,} functions), more than this machine's "
-                f"{available_cpus()} CPUs and {MAX_LOCAL_FUNCTIONS} workers; solve for the "
-                "platform `lambdadnn profile` measured here, or pass `--oversubscribe`"
-            )
+        vcpu_cap, cpus = instance.platform.max_vcpu, available_cpus()
+        fix = "solve for the platform `lambdadnn profile` measured here"
+        why = None
+        if instance.max_functions > MAX_LOCAL_FUNCTIONS:
+            why = (f"allows up to {instance.max_functions:,} functions, more than the "
+                   f"{MAX_LOCAL_FUNCTIONS} workers the local backend runs")
+        elif not oversubscribe and vcpu_cap is None:
+            why = "sets no `max_vcpu`, so its plans may need any number of CPUs"
+            fix += ", or pass `--oversubscribe`"
+        elif not oversubscribe and vcpu_cap is not None and vcpu_cap > cpus:
+            why = f"allows {vcpu_cap:g} vCPU, more than this machine's {cpus} CPUs"
+            fix += ", or pass `--oversubscribe`"
+        if why is not None:
+            raise LaunchError(f"`--adaptive` may switch to any plan of platform "
+                              f"{brief(instance.platform.name, 60)}, which {why}; {fix}")
     return _check_plan(spec.functions, spec.memory_mb, oversubscribe)
 
 

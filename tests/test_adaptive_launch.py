@@ -8,6 +8,7 @@ the channel is faked there, and the test checks the calls between the rounds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -190,10 +191,26 @@ def test_the_launcher_halts_every_rank_at_the_same_iteration(
     assert channels[1].parameters()[0] == 3  # every update applied once
 
 
-def test_local_adaptive_refuses_a_plan_it_could_switch_beyond_this_machine() -> None:
-    plan = solve("instances/mobilenet-cifar10.yaml")  # Lambda: no vCPU limit
-    spec = LaunchSpec.from_plan(plan)
-    with pytest.raises(LaunchError, match=r"^`--adaptive` may switch .*--oversubscribe`$"):
+@pytest.mark.parametrize(("platform", "says"), [
+    ({}, "sets no `max_vcpu`, .*, or pass `--oversubscribe`$"),
+    ({"max_vcpu": 1024}, "allows 1024 vCPU, more than this machine's .*--oversubscribe`$"),
+    ({"max_vcpu": 1, "max_functions": 65},
+     "allows up to 65 functions, more than the 64 workers .* measured here$"),
+])
+def test_local_adaptive_refuses_a_plan_it_could_switch_beyond_this_machine(
+    platform: dict[str, Any], says: str
+) -> None:
+    """Every plan the controller may pick must fit here: the platform's limits are checked
+    up front, naming the one that does not (Lambda's platform sets no vCPU limit)."""
+    plan = solve("instances/mobilenet-cifar10.yaml")
+    instance = plan.solved_from
+    limits = {"max_functions": platform.pop("max_functions", 64)}
+    instance = dataclasses.replace(
+        instance, platform=dataclasses.replace(instance.platform, **platform),
+        limits=dataclasses.replace(instance.limits, **limits),
+    )
+    spec = dataclasses.replace(LaunchSpec.from_plan(plan), instance=instance)
+    with pytest.raises(LaunchError, match=rf"^`--adaptive` may switch to any plan of .*{says}"):
         run_local(spec, controller=controller_for(spec))
 
 
