@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from lambdadnn.solver.adaptive import Controller, Decision, Observation
     from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
     from lambdadnn.solver.instance import Instance, load_instance
+    from lambdadnn.solver.many import solve_many
     from lambdadnn.solver.pipeline import deadline_crossings, evaluate, solve
     from lambdadnn.solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
+    from lambdadnn.solver.schedule import Schedule, ScheduledJob, Submission
 
 __version__ = "0.1.0"
 
@@ -36,19 +38,23 @@ _EXPORTS = {
     "NoiseModel": "lambdadnn.models.noise",
     "Observation": "lambdadnn.solver.adaptive",
     "Plan": "lambdadnn.solver.plan",
+    "Schedule": "lambdadnn.solver.schedule",
+    "ScheduledJob": "lambdadnn.solver.schedule",
     "SolverError": "lambdadnn.solver.errors",
+    "Submission": "lambdadnn.solver.schedule",
     "TimeBreakdown": "lambdadnn.solver.plan",
     "deadline_crossings": "lambdadnn.solver.pipeline",
     "evaluate": "lambdadnn.solver.pipeline",
     "load_instance": "lambdadnn.solver.instance",
     "solve": "lambdadnn.solver.pipeline",
+    "solve_many": "lambdadnn.solver.many",
 }
 
 __all__ = [
     "Bounds", "Controller", "CostBreakdown", "Decision", "DerivationError", "Evaluation",
     "Instance", "InstanceError", "LambdaDnnError", "NoValidPlanError", "NoiseModel",
-    "Observation", "Plan", "SolverError", "TimeBreakdown", "deadline_crossings", "evaluate",
-    "load_instance", "solve",
+    "Observation", "Plan", "Schedule", "ScheduledJob", "SolverError", "Submission",
+    "TimeBreakdown", "deadline_crossings", "evaluate", "load_instance", "solve", "solve_many",
 ]
 
 

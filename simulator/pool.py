@@ -18,7 +18,6 @@ asks for the fastest plan).
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import numbers
@@ -35,11 +34,12 @@ from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
 from lambdadnn.simulator.engine import JobRun, TrialRun, simulate_job, simulate_trial
 from lambdadnn.simulator.trace import Job, check_seed
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.solver.capacity import Capacity
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import Instance
 
-_PLAN_STREAM, _RUN_STREAM = 0, 1
+_PLAN_STREAM, RUN_STREAM = 0, 1
 LATE_BUDGET_S = 1e-3  # the time budget of an adaptive job that waited past its deadline
 
 Status = Literal["ok", "no-plan", "abandoned"]
@@ -93,7 +93,7 @@ def job_rng(seed: int, index: int, stream: int) -> np.random.Generator:
     return np.random.default_rng((seed, index, stream))
 
 
-def _outcome(
+def job_outcome(
     index: int, job: Job, plan: StrategyPlan, start: float, *, time_s: float, cost_usd: float,
     gb_seconds: float, restarts: int, failures: int, status: Status, end: float | None = None,
 ) -> JobOutcome:
@@ -129,58 +129,6 @@ def _trial(
     return simulate_trial(
         instance, functions, memory_mb, iterations=iterations, max_s=max_s, noise=noise, rng=rng
     )
-
-
-class Capacity:
-    """Functions in use over time, as a step function: where each job's stages fit.
-
-    `times[i]` starts a segment in which `used[i]` functions are held, up to `times[i+1]`;
-    the last segment runs forever with none held (everything placed ends).
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.times: list[float] = [0.0]
-        self.used: list[int] = [0]
-
-    def _split(self, at: float) -> int:
-        """The index of the segment starting exactly at `at`, made if need be."""
-        i = bisect.bisect_right(self.times, at) - 1
-        if self.times[i] == at:
-            return i
-        self.times.insert(i + 1, at)
-        self.used.insert(i + 1, self.used[i])
-        return i + 1
-
-    def take(self, start: float, functions: int, seconds: float) -> float:
-        """Hold `functions` for `seconds` from the earliest time ≥ `start` they are free."""
-        at = self.earliest(start, functions, seconds)
-        first, last = self._split(at), self._split(at + seconds)
-        for k in range(first, last):
-            self.used[k] += functions
-        return at
-
-    def earliest(self, start: float, functions: int, seconds: float) -> float:
-        """The earliest time ≥ `start` from which `functions` are free for `seconds`."""
-        i = max(0, bisect.bisect_right(self.times, start) - 1)
-        at = start
-        while True:
-            j = i
-            while j < len(self.times) and (j == i or self.times[j] < at + seconds):
-                if self.used[j] + functions > self.size:
-                    break
-                j += 1
-            else:
-                break
-            i, at = j + 1, self.times[j + 1]  # past the segment that is too full
-        return at
-
-    def forget(self, before: float) -> None:
-        """Drop the segments that end before `before`: no stage starts earlier any more."""
-        i = bisect.bisect_right(self.times, before) - 1
-        if i > 0:
-            del self.times[:i]
-            del self.used[:i]
 
 
 def run_trace(
@@ -221,7 +169,7 @@ def run_trace(
         plan = plan_for(job.instance, job_rng(seed, index, _PLAN_STREAM), noise, measure)
         held = [functions for functions, _ in plan.trials] + [plan.functions]
         if not plan.found or max(held) > pool_size:
-            outcomes[index] = _outcome(
+            outcomes[index] = job_outcome(
                 index, job, plan, math.inf, time_s=math.inf, cost_usd=0.0, gb_seconds=0.0,
                 restarts=0, failures=0, status="no-plan",
             )
@@ -237,7 +185,7 @@ def run_trace(
             if plan.adaptive is None:
                 run = simulate_job(
                     true_instance, plan.functions, plan.memory_mb, noise=true_noise,
-                    rng=job_rng(seed, index, _RUN_STREAM),
+                    rng=job_rng(seed, index, RUN_STREAM),
                 )
                 start = capacity.take(start, plan.functions, run.time_s)
                 end = start + run.time_s
@@ -247,7 +195,7 @@ def run_trace(
                 budget = job.deadline_s - (start - job.submit_time_s)
                 run = plan.adaptive(
                     true_instance, true_noise, budget if budget > 0 else LATE_BUDGET_S,
-                    job_rng(seed, index, _RUN_STREAM), int(pool_size),
+                    job_rng(seed, index, RUN_STREAM), int(pool_size),
                 )
                 end = start
                 for stage, (functions, seconds) in enumerate(run.stages):
@@ -257,7 +205,7 @@ def run_trace(
                 restarts = run.restarts + run.switches
             first_start = first_start if plan.trials else start
             capacity.forget(first_start)
-            outcomes[index] = _outcome(
+            outcomes[index] = job_outcome(
                 index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
                 gb_seconds=run.gb_seconds, restarts=restarts, failures=run.failures,
                 status="ok" if run.finished else "abandoned", end=end,

@@ -49,9 +49,12 @@ class Candidates:
 
 def enumerate_candidates(
     values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, row_hi: Index,
-    deadline_s: float, noise: model.NoiseTerms | None = None,
+    deadline_s: float, noise: model.NoiseTerms | None = None, *, ceiling: float | None = None,
 ) -> Candidates:
     """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
+
+    With a `ceiling` the incumbent stays there: every feasible plan that could cost at most
+    `ceiling` is kept, so the result holds the whole (time, cost) Pareto front below it.
 
     Row `rows[i]` spans the memory indices `m_lo..row_hi[i]` (a vCPU limit lowers the top
     of the rows with many functions).
@@ -66,7 +69,7 @@ def enumerate_candidates(
     found_t: list[Array] = []
     found_c: list[Array] = []
     evaluated = 0
-    incumbent = np.inf
+    incumbent = np.inf if ceiling is None else ceiling
 
     def record(n: Index, index: Index, real: npt.NDArray[np.bool_]) -> dict[str, Array]:
         """Evaluate plans n[i] × memory[index[i, j]]; keep the `real` ones that are feasible."""
@@ -78,7 +81,7 @@ def enumerate_candidates(
         found_m.append(index[feasible])
         found_t.append(figures[checked][feasible])
         found_c.append(figures["cost"][feasible])
-        if feasible.any():
+        if feasible.any() and ceiling is None:
             incumbent = min(incumbent, float(found_c[-1].min()))
         return figures
 

@@ -356,6 +356,13 @@ def non_negative_number(name: str, value: object, maximum: float) -> float:
     return result
 
 
+def positive_integer(name: str, value: object, maximum: int) -> int:
+    """An integer argument (`concurrency`) of any integral type, or a whole float, in
+    1..maximum."""
+    result: int = _integer(maximum=maximum)(name, value)
+    return result
+
+
 def plan_size(functions: object, memory_mb: object) -> tuple[int, int]:
     """A plan given in-process (`evaluate`): positive integers of any integral type (numpy's
     too, or a float such as 512.0), within the loader's caps on concurrency and memory."""

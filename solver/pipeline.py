@@ -221,9 +221,8 @@ def evaluate(
     return _evaluation(loaded, n, m, _planning_noise(loaded, guarantee, noise))
 
 
-def _planning_noise(
-    instance: Instance, guarantee: float | None, noise: NoiseModel | None
-) -> PlanningNoise | None:
+def check_guarantee(guarantee: float | None, noise: NoiseModel | None) -> float | None:
+    """The guarantee as a float (None: plan for the mean), or `InstanceError` for a bad pair."""
     if noise is not None and not isinstance(noise, NoiseModel):
         raise InstanceError(
             f"`noise` must be a lambdadnn.models.noise.NoiseModel, got {brief(noise)}"
@@ -232,7 +231,15 @@ def _planning_noise(
         if noise is not None:
             raise InstanceError("`noise` is only used with `guarantee`; pass both or neither")
         return None
-    share = probability("guarantee", guarantee)
+    return probability("guarantee", guarantee)
+
+
+def _planning_noise(
+    instance: Instance, guarantee: float | None, noise: NoiseModel | None
+) -> PlanningNoise | None:
+    share = check_guarantee(guarantee, noise)
+    if share is None:
+        return None
     return planning_noise(noise or NoiseModel(), share, instance.max_functions)
 
 

@@ -34,7 +34,7 @@ from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.plan import SelectedBy
 
 # Pyomo's (APPSI) TerminationCondition names, mapped to ours; anything else is "unknown".
-_STATUS = {
+STATUS = {
     "optimal": "optimal",
     "infeasible": "infeasible",
     "infeasibleOrUnbounded": "infeasible_or_unbounded",
@@ -100,7 +100,7 @@ class _SelectionModel:
             model.objective_coef[i] = float(objective[i])
             model.time_coef[i] = float(scaled_time[i])
         results: Any = self.solver.solve(model)
-        status = _STATUS.get(results.termination_condition.name, "unknown")
+        status = STATUS.get(results.termination_condition.name, "unknown")
         if status != "optimal":
             return status, []
         primals = results.solution_loader.get_primals()
@@ -108,7 +108,9 @@ class _SelectionModel:
 
 
 _models: OrderedDict[int, _SelectionModel] = OrderedDict()
-_lock = threading.Lock()
+# Pyomo redirects file descriptors while HiGHS runs: every HiGHS solve in the process (this
+# selection, `solve_many`'s schedule) holds this lock.
+highs_lock = threading.Lock()
 
 
 def _highs(objective: npt.NDArray[np.float64], scaled_time: npt.NDArray[np.float64]) -> Selection:
@@ -163,7 +165,7 @@ def select(
             f"the selection model's coefficients are not finite and moderate (objective "
             f"up to {brief(float(np.max(np.abs(objective))))}, time bound {brief(bound)})"
         )
-    with _lock:
+    with highs_lock:
         selection = _highs(objective, scaled_time)
     index = selection.index
     if not within[index] or objective[index] > objective[within].min():

@@ -78,6 +78,8 @@ FAILURES = "tests/test_failure_planning.py"
 CONTROLLER = "tests/test_controller.py"
 ADAPTIVE_SIM = "tests/test_adaptive_simulator.py"
 ADAPTIVE_LAUNCH = "tests/test_adaptive_launch.py"
+MANY = "tests/test_solve_many.py"
+OPTIONS = "tests/test_options.py"
 
 EQUATIONS = "models/equations.py"
 NOISE = "models/noise.py"
@@ -254,7 +256,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'truth=(truth or Truth()) if name == "clairvoyant" else None,',
            "truth=None,",
            (BASELINES, COMPARE), "clairvoyant plans with the belief like everyone else"),
-    Mutant("pool-overbooked", "simulator/pool.py",
+    Mutant("pool-overbooked", "solver/capacity.py",
            "if self.used[j] + functions > self.size:",
            "if self.used[j] > self.size:",
            (POOL,), "a stage starts where its functions do not fit beside the others"),
@@ -346,12 +348,39 @@ MUTANTS: tuple[Mutant, ...] = (
            "channel.exchange(rank, iteration, gradient * weight, loss, stop=stop)",
            "channel.exchange(rank, iteration, gradient, loss, stop=stop)",
            (ADAPTIVE_LAUNCH,), "unequal slices of the global batch averaged as if equal"),
+    # --- many jobs under one limit (solver/options.py, timetable.py, many.py) -----------------
+    Mutant("milp-capacity", "solver/timetable.py",
+           ") <= float(free[i]))",
+           ") <= float(free[i]) + 1)",
+           (MANY,), "the MILP's capacity rows allow one function more than the limit"),
+    Mutant("milp-last-point", "solver/timetable.py",
+           "return (np.floor(position + np.abs(position) * COVER_RTOL) + 1).astype(np.int64)",
+           "return np.floor(position + np.abs(position) * COVER_RTOL).astype(np.int64)",
+           (MANY,), "a run is not counted at the last check point before its finish"),
+    Mutant("milp-dearest-per-class", "solver/timetable.py",
+           "return np.flatnonzero(np.append(stop[1:] != stop[:-1], True))",
+           "return np.flatnonzero(np.append(True, stop[1:] != stop[:-1]))",
+           (MANY,), "each class of options keeps its fastest (dearest), not its cheapest"),
+    Mutant("milp-penalty-small", "solver/timetable.py",
+           "return np.where(has, dearest + spread, 0.0)",
+           "return np.where(has, dearest, 0.0)",
+           (MANY,), "a missed deadline is priced at the job's dearest option only"),
+    Mutant("front-incumbent-falls", "solver/candidates.py",
+           "if feasible.any() and ceiling is None:",
+           "if feasible.any():",
+           (OPTIONS,), "the front's search prunes by the cheapest plan: the front loses points"),
+    Mutant("many-recheck-capacity", "solver/many.py",
+           "    if top > limit:\n        raise SolverError(\n            f\"re-check failed",
+           "    if False:\n        raise SolverError(\n            f\"re-check failed",
+           (MANY,), "the exact capacity sweep never fails a schedule"),
+    Mutant("many-recheck-deadline", "solver/many.py",
+           "    if entry.start_s < entry.submit_s or entry.met != bool(",
+           "    if entry.start_s < entry.submit_s and entry.met != bool(",
+           (MANY,), "a job marked met is not re-tested against its deadline"),
 )
 
 # Mutants the issue asks for whose code does not exist yet.
-NOT_YET_APPLICABLE: tuple[tuple[str, str], ...] = (
-    ("milp-capacity", "the multi-job MILP's capacity check: there is no multi-job MILP yet"),
-)
+NOT_YET_APPLICABLE: tuple[tuple[str, str], ...] = ()
 
 Verdict = Literal["passed", "failed", "timeout", "error"]
 

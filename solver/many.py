@@ -1,0 +1,312 @@
+"""`solve_many()`: one plan and one start for each of many jobs sharing a concurrency limit.
+
+Each job's options are its exact (time, cost) Pareto front (`solver.options`); the choice of
+an option and a start for every job is the time-indexed MILP of `solver.timetable`, built in
+Pyomo and solved by HiGHS. The answer is re-checked as `solve()` re-checks its plan: every
+job's plan is evaluated again by the model, every met deadline re-tested at the real start
+and finish, and the functions held over time swept exactly (`solver.capacity.peak`); a
+schedule that fails any of it is never returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.solver.capacity import Capacity, peak
+from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
+from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.instance import (
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    Instance,
+    load_instance,
+    non_negative_number,
+    positive_integer,
+    positive_number,
+)
+from lambdadnn.solver.options import options
+from lambdadnn.solver.pipeline import RECHECK_RTOL, check_guarantee, evaluate, solve
+from lambdadnn.solver.schedule import Schedule, ScheduledJob, ScheduleStatus, Submission
+from lambdadnn.solver.timetable import Answer, Task, meets, solve_timetable
+
+DEFAULT_SLOT_S = 60.0
+DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_GAP = 1e-3
+MAX_SCHEDULE_JOBS = 10_000
+OBJECTIVE_RTOL = 1e-6  # HiGHS's objective against ours: its sums carry its tolerances
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    name: str
+    instance: Instance
+    submit_s: float
+    deadline_s: float
+
+
+def _submission(index: int, job: object, loaded: dict[str | Path, Instance]) -> _Job:
+    where = f"jobs[{index}]"
+    if isinstance(job, Mapping) and "instance" in job:
+        unknown = sorted(set(job) - {"instance", "submit_s", "deadline_s", "name"})
+        if unknown:
+            raise InstanceError(
+                f"`{where}` has the unknown key {brief(unknown[0])}; a job has instance, "
+                "submit_s, deadline_s and name"
+            )
+        job = Submission(**job)
+    if not isinstance(job, Submission):
+        job = Submission(job)  # type: ignore[arg-type]  # an instance alone: checked below
+    source = job.instance
+    try:
+        if isinstance(source, (str, Path)):
+            if source not in loaded:
+                loaded[source] = load_instance(source)
+            instance = loaded[source]
+        else:
+            instance = load_instance(source)
+    except InstanceError as error:
+        raise InstanceError(f"`{where}.instance`: {error}") from None
+    submit = non_negative_number(f"{where}.submit_s", job.submit_s, MAX_SECONDS)
+    deadline = instance.objective.deadline_s if job.deadline_s is None else positive_number(
+        f"{where}.deadline_s", job.deadline_s, MAX_SECONDS
+    )
+    name = instance.name if job.name is None else job.name
+    if not isinstance(name, str) or not name.strip():
+        raise InstanceError(f"`{where}.name` must be a non-empty string, got {brief(name)}")
+    dated = dataclasses.replace(
+        instance, objective=dataclasses.replace(instance.objective, deadline_s=deadline)
+    )
+    return _Job(name, dated, submit, deadline)
+
+
+def _submissions(jobs: object) -> list[_Job]:
+    if isinstance(jobs, (str, bytes, Mapping)) or not isinstance(jobs, Sequence):
+        raise InstanceError(
+            f"`jobs` must be a list of jobs (Submission, a mapping with `instance`, or an "
+            f"instance), got {brief(jobs)}"
+        )
+    if len(jobs) > MAX_SCHEDULE_JOBS:
+        raise InstanceError(
+            f"`jobs` holds {len(jobs):,} jobs, more than {MAX_SCHEDULE_JOBS:,}; schedule them "
+            "in windows (as the simulator's `lambdadnn-batch` does)"
+        )
+    loaded: dict[str | Path, Instance] = {}
+    return [_submission(index, job, loaded) for index, job in enumerate(jobs)]
+
+
+def _fastest(job: _Job, index: int, concurrency: int, guarantee: float | None,
+             noise: NoiseModel | None) -> tuple[int, int, float, float]:
+    """The job's fastest plan within the limit: (n, m, time checked, cost)."""
+    limit = min(job.instance.max_functions, concurrency)
+    capped = dataclasses.replace(
+        job.instance, limits=dataclasses.replace(job.instance.limits, max_functions=limit)
+    )
+    try:
+        plan = solve(capped, deadline_s=1e-9, guarantee=guarantee, noise=noise)
+    except NoValidPlanError as error:
+        raise NoValidPlanError(f"`jobs[{index}]`: {error}") from None
+    return plan.functions, plan.memory_mb, plan.deadline_time_s, plan.cost_usd
+
+
+def _place_late(
+    missed: list[int], jobs: list[_Job], tasks: list[Task], capacity: Capacity,
+    fastest: dict[int, tuple[int, int, float, float]],
+) -> dict[int, tuple[int, int, float, float, float]]:
+    """Each missed job (earliest due first) at the first moment the pool has room: the
+    cheapest of its fastest and cheapest plans that still meets the deadline, else the one
+    that finishes first. Returns (n, m, start, time, cost) per job."""
+    placed: dict[int, tuple[int, int, float, float, float]] = {}
+    for index in sorted(missed, key=lambda i: (tasks[i].due_s, i)):
+        opts = tasks[index].options
+        plans = [fastest[index]]
+        if len(opts):
+            plans.append((int(opts.functions[-1]), int(opts.memory_mb[-1]),
+                          float(opts.time_s[-1]), float(opts.cost_usd[-1])))
+        tried = []
+        for n, m, t, c in plans:
+            at = capacity.earliest(jobs[index].submit_s, n, t)
+            late = not meets(at, t, tasks[index].due_s)
+            tried.append((late, at + t if late else c, n, m, at, t, c))  # met first, cheapest
+        _, _, n, m, at, t, c = min(tried)
+        capacity.take(at, n, t)
+        placed[index] = (n, m, at, t, c)
+    return placed
+
+
+def _recheck(entry: ScheduledJob, job: _Job, guarantee: float | None,
+             noise: NoiseModel | None) -> None:
+    """The model's figures for the entry's plan agree with the schedule's (python-mip)."""
+    checked = evaluate(
+        job.instance, functions=entry.functions, memory_mb=entry.memory_mb,
+        guarantee=guarantee, noise=noise,
+    )
+    same_time = math.isclose(checked.deadline_time_s, entry.time_s, rel_tol=RECHECK_RTOL)
+    same_cost = math.isclose(checked.cost_usd, entry.cost_usd, rel_tol=RECHECK_RTOL)
+    if not (checked.valid and same_time and same_cost):
+        raise SolverError(
+            f"re-check failed for job {entry.index} ({entry.functions} × {entry.memory_mb} MB): "
+            f"the model gives {checked.deadline_time_s!r} s and ${checked.cost_usd!r}, the "
+            f"schedule {entry.time_s!r} s and ${entry.cost_usd!r}"
+        )
+    if entry.start_s < entry.submit_s or entry.met != bool(
+        meets(entry.start_s, checked.deadline_time_s, entry.due_s)
+    ):
+        raise SolverError(
+            f"re-check failed for job {entry.index}: it starts at {entry.start_s!r} s "
+            f"(submitted {entry.submit_s!r} s) and finishes at {entry.finish_s!r} s against "
+            f"its due time {entry.due_s!r} s, yet is marked met={entry.met}"
+        )
+
+
+def solve_many(
+    jobs: Sequence[Submission | Mapping[str, Any] | Instance | str | Path], *,
+    concurrency: int, slot_s: float = DEFAULT_SLOT_S,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S, gap: float = DEFAULT_GAP,
+    guarantee: float | None = None, noise: NoiseModel | None = None,
+    reserved: Sequence[tuple[float, float, int]] = (),
+) -> Schedule:
+    """The cheapest schedule of `jobs` under `concurrency` functions at once that meets every
+    deadline it can, proven within `gap` by HiGHS.
+
+    A job is a `Submission`, a mapping with its keys (`instance`, `submit_s`, `deadline_s`,
+    `name`), or an instance alone (submitted at 0 with its own deadline); deadlines count from
+    submission. Starts are the submission or a multiple of `slot_s` after the earliest one;
+    HiGHS stops at `time_limit_s` or when the gap is proven. `guarantee` and `noise` plan each
+    job as `solve()` does. `reserved` are runs outside the schedule that already hold
+    functions, as (start_s, finish_s, functions): a scheduler re-planning as jobs arrive passes
+    the ones running. Raises `InstanceError` for bad input (naming `jobs[i]` and the
+    field), `NoValidPlanError` when a job has no valid plan, `SolverError` when HiGHS fails
+    or the schedule fails its re-check.
+    """
+    started = time.perf_counter()
+    limit = positive_integer("concurrency", concurrency, MAX_CONCURRENCY)
+    slot = positive_number("slot_s", slot_s, MAX_SECONDS)
+    seconds = positive_number("time_limit_s", time_limit_s, MAX_SECONDS)
+    number = non_negative_number("gap", gap, 1.0)
+    if number >= 1:
+        raise InstanceError(f"`gap` must be a number from 0 to below 1, got {brief(gap)}")
+    share = check_guarantee(guarantee, noise)
+    held = _reserved(reserved, limit)
+    submitted = _submissions(jobs)
+    undated = [
+        dataclasses.replace(job.instance, objective=dataclasses.replace(
+            job.instance.objective, deadline_s=1.0))
+        for job in submitted
+    ]
+    slowest: dict[Instance, float] = {}
+    for key, job in zip(undated, submitted, strict=True):  # one front per instance
+        slowest[key] = max(slowest.get(key, 0.0), job.deadline_s)
+    tasks = [
+        Task(job.submit_s, job.submit_s + job.deadline_s, options(
+            job.instance, guarantee=share, noise=noise, max_functions=limit,
+            slowest_s=slowest[key],
+        ).within(job.deadline_s))
+        for key, job in zip(undated, submitted, strict=True)
+    ]
+    answer = solve_timetable(tasks, concurrency=limit, slot=slot, time_limit_s=seconds,
+                             gap=number, reserved=held)
+    return _schedule(submitted, tasks, answer, limit, slot, held, share, noise, started)
+
+
+def _reserved(reserved: object, limit: int) -> list[tuple[float, float, int]]:
+    """`reserved` as checked (start, finish, functions) triples that fit the limit together."""
+    if isinstance(reserved, (str, bytes, Mapping)) or not isinstance(reserved, Sequence):
+        raise InstanceError(
+            f"`reserved` must be a list of (start_s, finish_s, functions), got {brief(reserved)}"
+        )
+    held = []
+    for index, run in enumerate(reserved):
+        where = f"reserved[{index}]"
+        if isinstance(run, (str, bytes)) or not isinstance(run, Sequence) or len(run) != 3:
+            raise InstanceError(
+                f"`{where}` must be (start_s, finish_s, functions), got {brief(run)}"
+            )
+        start = non_negative_number(f"{where}.start_s", run[0], MAX_SECONDS)
+        finish = non_negative_number(f"{where}.finish_s", run[1], MAX_SECONDS)
+        if finish < start:
+            raise InstanceError(
+                f"`{where}.finish_s` must not be before its start ({brief(start)} s), got "
+                f"{brief(run[1])}"
+            )
+        held.append((start, finish, positive_integer(f"{where}.functions", run[2], limit)))
+    top, at = peak(*zip(*held, strict=True)) if held else (0, 0.0)
+    if top > limit:
+        raise InstanceError(
+            f"`reserved` holds {top:,} functions at {at:g} s, more than the `concurrency` of "
+            f"{limit:,}; pass the runs that really hold functions"
+        )
+    return held
+
+
+def _schedule(
+    submitted: list[_Job], tasks: list[Task], answer: Answer, limit: int, slot: float,
+    reserved: list[tuple[float, float, int]], guarantee: float | None,
+    noise: NoiseModel | None, started: float,
+) -> Schedule:
+    """The answer as a `Schedule`, missed jobs placed late, everything re-checked."""
+    capacity = Capacity(limit)
+    for start, finish, functions in reserved:
+        capacity.take(start, functions, finish - start)
+    runs: dict[int, tuple[int, int, float, float, float]] = {}
+    for index, (k, start) in enumerate(zip(answer.option.tolist(), answer.start_s.tolist(),
+                                           strict=True)):
+        if k < 0:
+            continue
+        opts = tasks[index].options
+        runs[index] = (int(opts.functions[k]), int(opts.memory_mb[k]), start,
+                       float(opts.time_s[k]), float(opts.cost_usd[k]))
+        capacity.take(start, runs[index][0], runs[index][3])
+    missed = [index for index in range(len(tasks)) if index not in runs]
+    fastest = {index: _fastest(submitted[index], index, limit, guarantee, noise)
+               for index in missed}
+    runs.update(_place_late(missed, submitted, tasks, capacity, fastest))
+    entries = []
+    for index, job in enumerate(submitted):
+        n, m, start, t, c = runs[index]
+        # The MILP's jobs meet their deadline by construction (the re-check tests that claim);
+        # a job placed late may still meet it.
+        met = index not in missed or bool(meets(start, t, job.submit_s + job.deadline_s))
+        finish = start + t
+        entry = ScheduledJob(
+            index=index, name=job.name, instance=job.instance.name, submit_s=job.submit_s,
+            deadline_s=job.deadline_s, functions=n, memory_mb=m, start_s=start, time_s=t,
+            finish_s=finish, cost_usd=c, met=met,
+            late_s=0.0 if met else finish - (job.submit_s + job.deadline_s),
+        )
+        _recheck(entry, job, guarantee, noise)
+        entries.append(entry)
+    top, at = peak([e.start_s for e in entries] + [r[0] for r in reserved],
+                   [e.finish_s for e in entries] + [r[1] for r in reserved],
+                   [e.functions for e in entries] + [r[2] for r in reserved])
+    if top > limit:
+        raise SolverError(
+            f"re-check failed: the schedule holds {top:,} functions at {at:g} s, more than the "
+            f"concurrency of {limit:,}"
+        )
+    objective = sum(e.cost_usd if e.met else float(answer.penalty_usd[e.index]) for e in entries)
+    if objective > answer.objective_usd * (1 + OBJECTIVE_RTOL) + 1e-12:
+        raise SolverError(
+            f"re-check failed: the schedule's objective is ${objective!r}, HiGHS's "
+            f"${answer.objective_usd!r}"
+        )
+    bound = min(answer.bound_usd, objective)
+    gap = (objective - bound) / objective if objective > 0 else 0.0
+    everyone = all(e.met for e in entries)
+    proven = answer.solver_status in ("optimal", "not_run")
+    status: ScheduleStatus = (
+        ("optimal" if proven else "feasible") if everyone else "infeasible"
+    )
+    return Schedule(
+        status=status, concurrency=limit, slot_s=slot,
+        total_cost_usd=sum(e.cost_usd for e in entries), objective_usd=objective,
+        lower_bound_usd=bound, gap=gap, solver_status=answer.solver_status,
+        solve_seconds=time.perf_counter() - started, columns=answer.columns,
+        check_points=answer.check_points, peak_functions=top, jobs=tuple(entries),
+    )
+
