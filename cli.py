@@ -1,7 +1,8 @@
-"""`lambdadnn`: a thin click shell over the library (solve, evaluate, validate, bounds, frontier).
+"""`lambdadnn`: a thin click shell over the library (solve, evaluate, validate, bounds, frontier,
+solve-many, the simulator's commands, launch, image, profile).
 
 Exit codes: 0 success, 1 bad input (one line on stderr, never a traceback), 2 usage (click),
-3 no plan meets the deadline (or none is valid at all).
+3 no plan meets the deadline, or none is valid at all, or a job of `solve-many` misses.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lambdadnn.solver.errors import InstanceError, NoValidPlanError
 if TYPE_CHECKING:
     from lambdadnn.simulator.compare import StrategyReport
     from lambdadnn.solver.plan import Evaluation, Plan
+    from lambdadnn.solver.schedule import Schedule
 
 EXIT_INFEASIBLE = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -338,6 +340,128 @@ def frontier_command(
     if target is not None:
         lines.append(f"  plot written to {target}")
     click.echo("\n".join(lines))
+
+
+MISSED_LISTED = 10  # the closing line names this many late jobs, then counts the rest
+
+
+def _schedule_text(schedule: Schedule, target: Path | None) -> str:
+    from lambdadnn.solver.gantt import shown
+
+    s = schedule
+    highs = f"HiGHS {s.solver_status.replace('_', ' ')}"
+    bound = f"lower bound {_money(s.lower_bound_usd)}, gap {s.gap:.2%}; {highs}"
+    cost = (
+        [f"  cost       {_money(s.total_cost_usd)} ({bound})"] if not s.missed
+        else [f"  cost       {_money(s.total_cost_usd)}, the late jobs included",
+              f"  objective  {_money(s.objective_usd)} with a penalty per miss ({bound})"]
+    )
+    lines = [
+        f"schedule: {s.status} — {len(s.jobs) - len(s.missed)} of {len(s.jobs)} jobs meet their "
+        f"deadline under a concurrency of {s.concurrency:,}",
+        *cost,
+        f"  pool       peak {s.peak_functions:,} of {s.concurrency:,} functions in use; starts "
+        f"on a {s.slot_s:g} s grid",
+        f"  solve      {s.solve_seconds:.2f} s ({s.columns:,} columns, {s.check_points:,} "
+        "capacity checks)",
+        f"  {'#':>3} {'name':<18} {'submit s':>8} {'deadline':>8} {'n × m MB':>10} "
+        f"{'start s':>9} {'finish s':>9} {'cost USD':>9}  outcome",
+    ]
+    for j in s.jobs:
+        outcome = "met" if j.met else f"late by {_seconds(j.late_s)}"
+        lines.append(
+            f"  {j.index:>3} {shown(j.name, 18):<18} {j.submit_s:>8,.1f} {j.deadline_s:>8,.1f} "
+            f"{f'{j.functions} × {j.memory_mb}':>10} {j.start_s:>9,.1f} {j.finish_s:>9,.1f} "
+            f"{j.cost_usd:>9.6f}  {outcome}"
+        )
+    if target is not None:
+        lines.append(f"  plot written to {target}")
+    return "\n".join(lines)
+
+
+def _missed_message(schedule: Schedule) -> str:
+    from lambdadnn.solver.gantt import shown
+
+    missed = schedule.missed
+    named = ", ".join(f"#{j.index} {shown(j.name, 40)} by {_seconds(j.late_s)}"
+                      for j in missed[:MISSED_LISTED])
+    more = f" and {len(missed) - MISSED_LISTED:,} more" if len(missed) > MISSED_LISTED else ""
+    return (
+        f"{len(missed):,} of {len(schedule.jobs):,} jobs miss their deadline: {named}{more}; "
+        "raise `--concurrency` or move their deadlines out"
+    )
+
+
+@main.command("solve-many")
+@click.argument("jobs", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--concurrency", type=int, required=True, metavar="N",
+              help="Functions all jobs may hold at once (the account's concurrency limit).")
+@click.option("--slot-s", type=float, metavar="S",
+              help="Step of the start-time grid, s  [default: 60]")
+@click.option("--time-limit-s", type=float, metavar="T",
+              help="Stop HiGHS after this many seconds  [default: 10]")
+@click.option("--gap", type=float, metavar="G",
+              help="Stop HiGHS once the cost is proven within this relative gap  "
+                   "[default: 0.001]")
+@click.option("--guarantee", type=float, metavar="P",
+              help="Meet each deadline in at least this share of runs (e.g. 0.999) under the "
+                   "default noise model, instead of in the model's mean.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw a Gantt chart to this .png, .pdf or .svg (no suffix: .png).")
+@json_option
+@friendly
+def solve_many_command(
+    jobs: Path, concurrency: int, slot_s: float | None, time_limit_s: float | None,
+    gap: float | None, guarantee: float | None, plot_path: Path | None, as_json: bool,
+) -> None:
+    """Schedule many jobs under one concurrency limit: for each, the plan and start that make
+    the cheapest schedule meeting every deadline it can.
+
+    JOBS is a trace CSV (submit_time_s,instance,epochs,deadline_s; the deadline counts from
+    submission). Exit 3 when some job misses its deadline (the schedule is still printed).
+    """
+    from lambdadnn.simulator.trace import read_trace
+    from lambdadnn.solver import many
+    from lambdadnn.solver.frontier import plot_path as checked_plot_path
+    from lambdadnn.solver.gantt import plot_schedule
+    from lambdadnn.solver.inputs import brief
+    from lambdadnn.solver.instance import (
+        MAX_CONCURRENCY,
+        MAX_SECONDS,
+        non_negative_number,
+        positive_integer,
+        positive_number,
+    )
+    from lambdadnn.solver.schedule import Submission
+
+    # Every option is checked before the trace is read, so a bad one costs nothing.
+    limit = positive_integer("--concurrency", concurrency, MAX_CONCURRENCY)
+    slot = (many.DEFAULT_SLOT_S if slot_s is None
+            else positive_number("--slot-s", slot_s, MAX_SECONDS))
+    seconds = (many.DEFAULT_TIME_LIMIT_S if time_limit_s is None
+               else positive_number("--time-limit-s", time_limit_s, MAX_SECONDS))
+    tolerance = many.DEFAULT_GAP if gap is None else non_negative_number("--gap", gap, 1.0)
+    target = None if plot_path is None else checked_plot_path(plot_path)
+    trace = read_trace(jobs)
+    if not trace:
+        raise InstanceError(
+            f"trace {brief(str(jobs), 80)} holds no jobs; add one row per job below its header"
+        )
+    schedule = many.solve_many(
+        [Submission(job.instance, submit_s=job.submit_time_s, deadline_s=job.deadline_s,
+                    name=job.instance_name) for job in trace],
+        concurrency=limit, slot_s=slot, time_limit_s=seconds, gap=tolerance,
+        guarantee=guarantee,
+    )
+    if target is not None:
+        target = plot_schedule(schedule, target)
+    if as_json:
+        _emit_json(schedule.to_dict())
+    else:
+        click.echo(_schedule_text(schedule, target))
+    if schedule.missed:
+        click.echo(f"error: {_missed_message(schedule)}", err=True)
+        sys.exit(EXIT_INFEASIBLE)
 
 
 def _report_table(reports: list[StrategyReport]) -> str:

@@ -6,6 +6,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
@@ -85,10 +86,18 @@ def plot(plans: Sequence[Plan], path: Path) -> Path:
     axes.set(xlabel="deadline (s)", ylabel="cost (USD)", title=title)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper right")
+    return save_plot(figure, path)
+
+
+def save_plot(figure: Any, path: Path) -> Path:
+    """Write `figure` to `path` (checked by `plot_path`) and close it; a write that fails
+    (a full disk, a quota) leaves no truncated image behind and is one `--plot` line."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     try:
         figure.savefig(path)
-    except OSError as error:  # a full disk, a quota: leave no truncated image behind
+    except OSError as error:
         with contextlib.suppress(OSError):
             path.unlink()
         raise InstanceError(
