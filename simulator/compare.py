@@ -1,8 +1,9 @@
 """Strategies side by side on the same simulated jobs: who meets deadlines, at what price.
 
 Every strategy sees the same trace, the same pool and, job by job, the same random draws
-(`simulator.pool.run_trace` seeds each job from the run's seed and the job's index), so the
-differences in the report come from the plans alone.
+(`simulator.pool.run_trace` seeds each job from the run's seed and the job's index, and so
+does `simulator.batch.run_batch` for `lambdadnn-batch`), so the differences in the report
+come from the plans alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE
+from lambdadnn.simulator.batch import run_batch
+from lambdadnn.simulator.defaults import BATCH_NAME, DEFAULT_GUARANTEE
 from lambdadnn.simulator.pool import JobOutcome, json_ready, run_trace
 from lambdadnn.simulator.strategies import check_names, strategy
 from lambdadnn.simulator.trace import Job
@@ -101,12 +103,17 @@ def compare(
     outcomes: dict[str, list[JobOutcome]] = {}
     seconds: dict[str, float] = {}
     for name in names:
-        planner = strategy(name, guarantee=guarantee, truth=truth)
         started = time.perf_counter()
-        outcomes[name] = run_trace(
-            jobs, planner, pool_size=pool_size, noise=noise, seed=seed, truth=truth,
-            progress=progress(name) if progress else None,
-        )
+        if name == BATCH_NAME:  # the waiting jobs planned together, not one at a time
+            outcomes[name] = run_batch(
+                jobs, pool_size=pool_size, noise=noise, seed=seed, guarantee=guarantee,
+                truth=truth, progress=progress(name) if progress else None,
+            )
+        else:
+            outcomes[name] = run_trace(
+                jobs, strategy(name, guarantee=guarantee, truth=truth), pool_size=pool_size,
+                noise=noise, seed=seed, truth=truth, progress=progress(name) if progress else None,
+            )
         seconds[name] = time.perf_counter() - started
     return Comparison(outcomes, seconds)
 

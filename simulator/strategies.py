@@ -26,7 +26,7 @@ from lambdadnn.simulator.baselines import (
     ldnn_alg1_q,
     naive,
 )
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, STRATEGY_NAMES
+from lambdadnn.simulator.defaults import BATCH_NAME, DEFAULT_GUARANTEE, STRATEGY_NAMES
 from lambdadnn.simulator.truth import Truth
 from lambdadnn.simulator.tuners import PowerTuning, SampleSearch
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError
@@ -108,6 +108,11 @@ def strategy(
     `ldnn-alg1-q`, the tuners, `clairvoyant`); `truth` is told to `clairvoyant` only.
     """
     check_names([name], field="name")
+    if name == BATCH_NAME:
+        raise InstanceError(
+            f"`name` {name!r} plans the waiting jobs together, not one at a time; run it with "
+            "`simulator.compare.compare` or `simulator.batch.run_batch`"
+        )
     if name in ("lambdadnn", "lambdadnn-mean", "clairvoyant"):
         return lambdadnn_strategy(
             None if name == "lambdadnn-mean" else guarantee,

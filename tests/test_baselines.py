@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lambdadnn import Instance, evaluate, load_instance
+from lambdadnn import Instance, InstanceError, evaluate, load_instance
 from lambdadnn.models import performance
 from lambdadnn.models.noise import NoiseModel, planning_noise
 from lambdadnn.simulator import baselines
@@ -22,7 +22,12 @@ from lambdadnn.simulator.baselines import (
     memory_range,
     naive,
 )
-from lambdadnn.simulator.defaults import BASELINE_NAMES, DEFAULT_GUARANTEE, STRATEGY_NAMES
+from lambdadnn.simulator.defaults import (
+    BASELINE_NAMES,
+    BATCH_NAME,
+    DEFAULT_GUARANTEE,
+    STRATEGY_NAMES,
+)
 from lambdadnn.simulator.engine import TrialRun, simulate_trial
 from lambdadnn.simulator.ldnn_alg1 import PUBLISHED_STEP_MB, n_upper
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
@@ -78,7 +83,7 @@ def _plan(name: str, instance: Instance, seed: int = 0) -> StrategyPlan:
     return strategy(name)(instance, np.random.default_rng(seed), NOISE, _measure(instance))
 
 
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("name", [name for name in STRATEGY_NAMES if name != BATCH_NAME])
 @pytest.mark.parametrize("instance", INSTANCES, ids=IDS)
 def test_every_strategy_plans_validly(name: str, instance: Instance) -> None:
     plan = _plan(name, instance)
@@ -92,9 +97,16 @@ def test_every_strategy_plans_validly(name: str, instance: Instance) -> None:
     _assert_valid(instance, plan, model_prediction=name in BASELINE_NAMES[:3])
 
 
+def test_batch_is_no_per_job_strategy() -> None:
+    """`lambdadnn-batch` plans the waiting jobs together: asking for it job by job is an
+    error naming where it runs, never another planner in its place."""
+    with pytest.raises(InstanceError, match="run_batch"):
+        strategy(BATCH_NAME)
+
+
 def test_registry_names() -> None:
     """The CLI's light list of names (simulator.defaults): ours, the baselines, the floor."""
-    ours = ("lambdadnn", "lambdadnn-mean", "lambdadnn-adaptive")
+    ours = ("lambdadnn", "lambdadnn-mean", "lambdadnn-adaptive", "lambdadnn-batch")
     assert (*ours, *BASELINE_NAMES, "clairvoyant") == STRATEGY_NAMES
     assert len(set(STRATEGY_NAMES)) == len(STRATEGY_NAMES)
 
