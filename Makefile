@@ -58,6 +58,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.solve
 	$(BIN)/python -m benchmarks.simulate
 	$(BIN)/python -m benchmarks.sweep
+	$(BIN)/python -m benchmarks.solve_many
 
 ## calibrate: profile both shipped workloads here, launch held-out plans solved from the
 ## profiles, print measured against predicted time (about 25 minutes; needs an idle machine)

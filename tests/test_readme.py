@@ -47,3 +47,12 @@ def test_tour_output_is_the_cli_output() -> None:
     assert len(printed) == len(shown)
     for real, documented in zip(printed, shown, strict=True):
         assert timing.sub("", real) == timing.sub("", documented)
+
+
+def test_solve_many_example_runs_and_meets_its_deadlines() -> None:
+    """The README's `solve_many` example is code that runs, and its three jobs fit."""
+    namespace: dict[str, object] = {}
+    exec(_block("python", after="## Many jobs, one account"), namespace)
+    schedule = namespace["schedule"]
+    assert schedule.status == "optimal"  # type: ignore[attr-defined]
+    assert [job.met for job in schedule.jobs] == [True, True, True]  # type: ignore[attr-defined]
