@@ -418,3 +418,54 @@ def test_recheck_refuses_a_start_past_the_deadline(monkeypatch: pytest.MonkeyPat
         answer, start_s=answer.start_s + 3999.0))
     with pytest.raises(SolverError, match="yet is marked met=True"):
         solve_many(jobs, concurrency=3, slot_s=500, gap=0.0)
+
+
+# --- 7. Ctrl-C stops HiGHS --------------------------------------------------------------------
+
+INTERRUPTED = r"""
+import sys
+from lambdadnn import Submission, solve_many
+from lambdadnn.simulator.trace import generate_trace
+from lambdadnn.solver import timetable
+
+real = timetable._Highs.branch_and_bound
+running = []
+
+def announced(self, *args):
+    running.append(self)
+    print("branch and bound", file=sys.stderr, flush=True)
+    return real(self, *args)
+
+timetable._Highs.branch_and_bound = announced
+jobs = generate_trace(100, seed=1, rate_per_s=0.02)
+try:
+    solve_many([Submission(j.instance, submit_s=j.submit_time_s, deadline_s=j.deadline_s)
+                for j in jobs], concurrency=100, guarantee=0.999, time_limit_s=300, gap=0.0)
+except KeyboardInterrupt:
+    print("interrupted", running[0].highs.getModelStatus().name, file=sys.stderr, flush=True)
+    sys.exit(130)
+print("finished", file=sys.stderr, flush=True)
+"""
+
+
+def test_ctrl_c_stops_highs_and_reaches_the_caller() -> None:
+    """SIGINT while HiGHS's branch and bound runs (a tight pool, a 300 s limit) stops HiGHS
+    itself (no finished solve's status: highspy leaves `kNotset` after a cancel) and raises
+    KeyboardInterrupt in the caller."""
+    import signal
+
+    process = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()  # blocks until HiGHS's branch and bound starts
+        assert line.strip() == "branch and bound"
+        process.send_signal(signal.SIGINT)
+        rest = process.stderr.read()
+        assert process.wait(timeout=60) == 130, rest  # a hang guard, not a speed limit
+        word, status = rest.split()[:2]
+        assert word == "interrupted"
+        assert status not in ("kOptimal", "kTimeLimit"), rest  # HiGHS did not run on to an end
+    finally:
+        process.kill()
+        process.wait()
