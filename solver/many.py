@@ -30,7 +30,7 @@ from lambdadnn.solver.instance import (
     positive_integer,
     positive_number,
 )
-from lambdadnn.solver.options import options
+from lambdadnn.solver.options import options, undated
 from lambdadnn.solver.pipeline import RECHECK_RTOL, check_guarantee, evaluate, solve
 from lambdadnn.solver.schedule import Schedule, ScheduledJob, ScheduleStatus, Submission
 from lambdadnn.solver.timetable import Answer, Task, meets, solve_timetable
@@ -194,20 +194,16 @@ def solve_many(
     share = check_guarantee(guarantee, noise)
     held = _reserved(reserved, limit)
     submitted = _submissions(jobs)
-    undated = [
-        dataclasses.replace(job.instance, objective=dataclasses.replace(
-            job.instance.objective, deadline_s=1.0))
-        for job in submitted
-    ]
+    keys = [undated(job.instance) for job in submitted]
     slowest: dict[Instance, float] = {}
-    for key, job in zip(undated, submitted, strict=True):  # one front per instance
+    for key, job in zip(keys, submitted, strict=True):  # one front per instance
         slowest[key] = max(slowest.get(key, 0.0), job.deadline_s)
     tasks = [
         Task(job.submit_s, job.submit_s + job.deadline_s, options(
             job.instance, guarantee=share, noise=noise, max_functions=limit,
             slowest_s=slowest[key],
         ).within(job.deadline_s))
-        for key, job in zip(undated, submitted, strict=True)
+        for key, job in zip(keys, submitted, strict=True)
     ]
     answer = solve_timetable(tasks, concurrency=limit, slot=slot, time_limit_s=seconds,
                              gap=number, reserved=held)

@@ -89,16 +89,20 @@ def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
     )
 
 
+def undated(instance: Instance) -> Instance:
+    """`instance` without its deadline: the key of its front, which serves every deadline."""
+    return dataclasses.replace(
+        instance, objective=dataclasses.replace(instance.objective, deadline_s=1.0)
+    )
+
+
 def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | None,
             max_functions: int, slowest_s: float) -> Options:
     """The Pareto front of plans with at most `max_functions` functions (and the instance's
     own limits) taking at most `slowest_s`, planned as `solve(guarantee=, noise=)` plans
     (inputs already checked); empty when none does."""
     limit = min(max_functions, instance.max_functions)
-    undated = dataclasses.replace(
-        instance, objective=dataclasses.replace(instance.objective, deadline_s=1.0)
-    )
-    key = (undated, guarantee, noise, limit)
+    key = (undated(instance), guarantee, noise, limit)
     with _lock:
         kept = _fronts.get(key)
         if kept is not None:
@@ -108,7 +112,7 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
     planning = None if guarantee is None else planning_noise(
         noise or NoiseModel(), guarantee, instance.max_functions
     )
-    front = _front(undated, planning, limit, slowest_s)
+    front = _front(key[0], planning, limit, slowest_s)
     with _lock:
         _fronts[key] = (slowest_s, front)
         _fronts.move_to_end(key)

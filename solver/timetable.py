@@ -49,6 +49,7 @@ Index = npt.NDArray[np.int64]
 # A check point counted as held when the finish lies within this of it: float rounding in
 # (a + T − t0)/slot must never let a run that is still going miss a check point.
 COVER_RTOL = 1e-12
+WAIT_S = 0.05  # how often the waiting thread looks for Ctrl-C while HiGHS runs
 
 
 @dataclass(frozen=True)
@@ -363,6 +364,7 @@ class _Highs:
         with highs_lock, capture_output(capture_fd=True):  # its banner, on the first one
             solver = highspy.Highs()  # type: ignore[no-untyped-call]
         solver.setOptionValue("output_flag", False)
+        solver.HandleUserInterrupt = True  # so that `_run` can cancel it on Ctrl-C
         # HiGHS 1.16's MIP presolve, given a start, reported objectives below the proven floor
         # with a solution that did not match them (the re-check caught it): presolve stays off.
         solver.setOptionValue("presolve", "off")
@@ -373,7 +375,17 @@ class _Highs:
         solver = self.highs
         solver.setOptionValue("time_limit", max(time_limit_s, 1e-3))
         try:
-            solver.run()
+            # HiGHS runs in highspy's thread while this one waits: a blocking run() would hold
+            # Ctrl-C until HiGHS ends; here it cancels HiGHS and reaches the caller at once.
+            solver.startSolve()
+            try:
+                while not solver.wait(WAIT_S)[0]:
+                    pass
+            except KeyboardInterrupt:
+                solver.cancelSolve()  # type: ignore[no-untyped-call]
+                while not solver.wait(WAIT_S)[0]:
+                    pass
+                raise
         except Exception as error:
             raise SolverError(
                 f"HiGHS failed on the schedule model of {len(self.cols):,} columns: "

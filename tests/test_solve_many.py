@@ -424,6 +424,7 @@ def test_recheck_refuses_a_start_past_the_deadline(monkeypatch: pytest.MonkeyPat
 
 INTERRUPTED = r"""
 import sys
+import threading
 from lambdadnn import Submission, solve_many
 from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.solver import timetable
@@ -433,7 +434,8 @@ running = []
 
 def announced(self, *args):
     running.append(self)
-    print("branch and bound", file=sys.stderr, flush=True)
+    # Said a second after the call, when HiGHS is surely inside its run.
+    threading.Timer(1.0, lambda: print("branch and bound", file=sys.stderr, flush=True)).start()
     return real(self, *args)
 
 timetable._Highs.branch_and_bound = announced
