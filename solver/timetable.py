@@ -266,6 +266,8 @@ def solve_timetable(
     bound = max(bound, mip_bound)
     if chosen is not None and found < objective:
         incumbent, objective = chosen, found
+    if _gap(objective, bound) <= gap:  # proven, whether or not HiGHS said so before its limit
+        status = "optimal"
     return _answer(incumbent, cols, penalty, objective, min(bound, objective), status, points,
                    started)
 
@@ -364,7 +366,10 @@ class _Highs:
         with highs_lock, capture_output(capture_fd=True):  # its banner, on the first one
             solver = highspy.Highs()  # type: ignore[no-untyped-call]
         solver.setOptionValue("output_flag", False)
-        solver.HandleUserInterrupt = True  # so that `_run` can cancel it on Ctrl-C
+        # Ctrl-C: the MIP's interrupt callback stops branch and bound when `_run` asks (the
+        # simplex's, called at every iteration, would slow the LP; the LP is short).
+        solver.cbMipInterrupt += self._interrupt
+        self.cancelled = False
         # HiGHS 1.16's MIP presolve, given a start, reported objectives below the proven floor
         # with a solution that did not match them (the re-check caught it): presolve stays off.
         solver.setOptionValue("presolve", "off")
@@ -382,7 +387,7 @@ class _Highs:
                 while not solver.wait(WAIT_S)[0]:
                     pass
             except KeyboardInterrupt:
-                solver.cancelSolve()  # type: ignore[no-untyped-call]
+                self.cancelled = True
                 while not solver.wait(WAIT_S)[0]:
                     pass
                 raise
@@ -392,6 +397,10 @@ class _Highs:
                 f"{type(error).__name__}: {brief(str(error), 120)}"
             ) from None
         return _MODEL_STATUS.get(solver.getModelStatus().name, "unknown")
+
+    def _interrupt(self, event: Any) -> None:
+        if self.cancelled:
+            event.interrupt()
 
     def relaxation(self, time_limit_s: float) -> tuple[str, float, Array | None]:
         """The LP relaxation: its status, bound (−∞ unless solved) and column values."""
