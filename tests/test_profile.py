@@ -29,6 +29,7 @@ from lambdadnn.launcher.fit import Trial
 from lambdadnn.launcher.profile import (
     INVOCATION_S,
     TrialPlan,
+    _spec,
     _top_memory,
     design,
     profile_workload,
@@ -66,6 +67,16 @@ def test_the_design_respects_capacity_and_iteration_bounds(budget: float) -> Non
         assert plan.functions * plan.memory_mb <= (CAPACITY.max_vcpu or 0) * MB_PER_VCPU
         assert 20 <= plan.iterations <= 20_000
         assert plan.local_batch in (BATCH, 4 * BATCH)
+
+
+def test_the_restart_trial_declares_its_rounds() -> None:
+    """The restart trial's launch declares the restarts it is designed for (the others none),
+    so AWS's bound on re-invocations (3 × the plan's rounds) leaves room for a machine slower
+    than the pilot: with 0 declared it gave up after a fourth round under load."""
+    plans = design(CAPACITY, pilot(), batch=BATCH, budget_s=300.0, spent_s=5.0)
+    declared = {plan.purpose: _spec(plan, CAPACITY).restarts for plan in plans}
+    assert declared.pop("restart overhead") == 2
+    assert set(declared.values()) == {0}
 
 
 def test_a_bigger_budget_buys_more_or_longer_trials() -> None:
