@@ -34,7 +34,7 @@ from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.plan import SelectedBy
 
 # Pyomo's (APPSI) TerminationCondition names, mapped to ours; anything else is "unknown".
-STATUS = {
+_STATUS = {
     "optimal": "optimal",
     "infeasible": "infeasible",
     "infeasibleOrUnbounded": "infeasible_or_unbounded",
@@ -100,7 +100,7 @@ class _SelectionModel:
             model.objective_coef[i] = float(objective[i])
             model.time_coef[i] = float(scaled_time[i])
         results: Any = self.solver.solve(model)
-        status = STATUS.get(results.termination_condition.name, "unknown")
+        status = _STATUS.get(results.termination_condition.name, "unknown")
         if status != "optimal":
             return status, []
         primals = results.solution_loader.get_primals()

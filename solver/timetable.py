@@ -23,8 +23,9 @@ point remains. A missed deadline is priced at the job's dearest option plus more
 job's cost can vary together (Σ_j (dearest_j − cheapest_j) + mean cheapest), so the
 optimum meets as many deadlines as any schedule of these columns can, then costs least.
 
-A greedy schedule (earliest due first, each job's cheapest column that fits) is handed to
-HiGHS as its first incumbent: every answer, even at the time limit, is a schedule.
+A greedy schedule (earliest due first, each job's cheapest column that fits), then one
+guided by the LP relaxation (`solver.incumbents`), is the incumbent HiGHS's branch and bound
+starts from: every answer, even at the time limit, is a schedule (`solve_timetable`).
 """
 
 from __future__ import annotations
