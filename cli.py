@@ -1,14 +1,18 @@
 """`lambdadnn`: a thin click shell over the library (solve, evaluate, validate, bounds, frontier,
 solve-many, the simulator's commands, launch, image, profile).
 
-Exit codes: 0 success, 1 bad input (one line on stderr, never a traceback), 2 usage (click),
-3 no plan meets the deadline, or none is valid at all, or a job of `solve-many` misses.
+Exit codes (the same for every command; README.md, "Exit codes", has the table): 0 success,
+1 bad input (one line on stderr, never a traceback), 2 usage (click), 3 no plan meets the
+deadline, or none is valid at all, or a job of `solve-many` misses, 128 + N stopped by signal
+N (`launch`, `profile`, `sweep`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,8 +44,55 @@ F = TypeVar("F", bound=Callable[..., Any])
 instance_argument = click.argument("instance", type=click.Path(dir_okay=False, path_type=Path))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 platform_option = click.option(
-    "--platform", metavar="NAME", help="Use this platform (a file in instances/platforms/)."
+    "--platform", metavar="NAME|FILE",
+    help="Use this platform: a shipped one (aws-lambda-x86_64, aws-lambda-arm64, "
+         "aws-lambda-2020) or a platform YAML's path.",
 )
+QUIET = "lambdadnn.quiet"  # the key in click's context meta that `lambdadnn -q` sets
+
+
+class FiniteRange(click.FloatRange):
+    """A real number in a range, and finite: click's `FloatRange` lets NaN through, since
+    every comparison with it is false (`--budget-s nan` ran a profile)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class AliasedOption(click.Option):
+    """An option whose first spelling is the documented one: the others are old names, still
+    accepted and hidden from `--help` (`--deadline` for `--deadline-s`)."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        spellings, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = spellings
+
+
+class _EchoHandler(logging.Handler):
+    """The library's log records as `level: message` lines on click's stderr (the one the
+    command writes to, a test runner's included)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(f"{record.levelname.lower()}: {self.format(record)}", err=True)
+        except Exception:  # logging's contract: a handler never raises into the caller
+            self.handleError(record)
+
+
+_LOG_HANDLER = _EchoHandler()
+
+
+def quiet() -> bool:
+    """Whether `lambdadnn -q` asked for errors only, so that no progress bar is drawn."""
+    context = click.get_current_context(silent=True)
+    return context is not None and bool(context.meta.get(QUIET))
 
 
 def friendly(command: F) -> F:
@@ -81,8 +132,6 @@ def _writing_output(error: OSError) -> bool:
 
 def _strict_json(value: Any) -> Any:
     """`value` with every NaN or ±inf float replaced by None: JSON has no such numbers."""
-    import math
-
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -178,17 +227,42 @@ def _infeasible_message(plan: Plan) -> str:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_CODES = """\b
+Exit codes, for every command:
+  0        success
+  1        bad input: one `error:` line on stderr naming the field, the value and the fix
+  2        usage (an unknown command or option)
+  3        no plan meets the deadline (solve), none is valid at all, or a job of solve-many
+           misses its deadline
+  128 + N  stopped by signal N (launch, profile, sweep: 130 Ctrl-C, 143 SIGTERM)
+
+INSTANCE is the path of an instance YAML or a shipped instance's name (1dcnn-imdb,
+espcn-bsds500, mobilenet-cifar10, resnet50-cifar10); a file at that path wins."""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
 @click.version_option(package_name="lambdadnn")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log the library's detail (debug level, tracebacks included) to stderr.")
+@click.option("-q", "--quiet", "be_quiet", is_flag=True,
+              help="Errors only: no warnings, no progress bars.")
+@click.pass_context
+def main(context: click.Context, verbose: bool, be_quiet: bool) -> None:
     """lambdadnn: the cheapest serverless plan that trains a DNN before its deadline."""
+    if verbose and be_quiet:
+        raise click.UsageError("`-v/--verbose` and `-q/--quiet` contradict each other; give one")
+    context.meta[QUIET] = be_quiet
+    logger = logging.getLogger("lambdadnn")
+    logger.addHandler(_LOG_HANDLER)  # once: the same handler is not added twice
+    logger.setLevel(logging.DEBUG if verbose else logging.ERROR if be_quiet else logging.WARNING)
 
 
 @main.command("solve")
 @instance_argument
 @json_option
 @platform_option
-@click.option("--deadline", type=float, metavar="S", help="Override objective.deadline_s.")
+@click.option("--deadline-s", "--deadline", "deadline", cls=AliasedOption, type=float, metavar="S",
+              help="Override objective.deadline_s.")
 @click.option("--guarantee", type=float, metavar="P",
               help="Meet the deadline in at least this share of runs (e.g. 0.999) under the "
                    "default noise model, instead of in the model's mean.")
@@ -246,13 +320,20 @@ def evaluate_command(
 @main.command("validate")
 @instance_argument
 @platform_option
+@json_option
 @friendly
-def validate_command(instance: Path, platform: str | None) -> None:
+def validate_command(instance: Path, platform: str | None, as_json: bool) -> None:
     """Check an instance file; print a one-line summary or the first problem."""
     from lambdadnn.solver.instance import load_instance
 
     loaded = load_instance(instance, platform=platform)
     grid = loaded.platform.memory
+    if as_json:
+        _emit_json({"ok": True, "instance": loaded.name, "platform": loaded.platform.name,
+                    "memory_mb": {"min": grid.min_mb, "max": grid.max_mb, "step": grid.step_mb},
+                    "max_functions": loaded.max_functions,
+                    "deadline_s": loaded.objective.deadline_s})
+        return
     click.echo(
         f"ok: {loaded.name} — platform {loaded.platform.name} ({grid.min_mb}..{grid.max_mb} MB "
         f"in {grid.step_mb} MB steps), up to {loaded.max_functions} functions, deadline "
@@ -485,8 +566,9 @@ def _report_table(reports: list[StrategyReport]) -> str:
 
 
 def _progress_bars(enabled: bool) -> Callable[[str], Callable[[int, int], None]] | None:
-    """A click progress bar per strategy on stderr (none when stderr is not a terminal)."""
-    if not enabled:
+    """A click progress bar per strategy on stderr (none when stderr is not a terminal, or
+    under `-q`)."""
+    if not enabled or quiet():
         return None
 
     def for_strategy(name: str) -> Callable[[int, int], None]:
@@ -511,10 +593,10 @@ noise_options = [
                  help="Seed of every draw (an integer ≥ 0)."),
     click.option("--pool", "pool_size", type=click.IntRange(min=1), default=DEFAULT_POOL_SIZE,
                  show_default=True, help="Functions shared by all jobs."),
-    click.option("--guarantee", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    click.option("--guarantee", type=FiniteRange(0, 1, min_open=True, max_open=True),
                  default=DEFAULT_GUARANTEE, show_default=True,
                  help="lambdadnn plans to meet the deadline in this share of runs."),
-    click.option("--failure-rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
+    click.option("--failure-rate", type=FiniteRange(min=0), default=0.0, show_default=True,
                  help="Function crashes per function-hour, declared to the planners (a job "
                       "stuck in crashes is abandoned: see README)."),
     click.option("--truth", "truth_items", multiple=True, metavar="KEY=VALUE",
@@ -572,7 +654,7 @@ def simulate_command(
               help="Jobs to generate (Poisson arrivals over the shipped workloads).")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
               help="Replay this trace instead of generating one.")
-@click.option("--rate", "rate_per_s", type=click.FloatRange(min=0, min_open=True),
+@click.option("--rate", "rate_per_s", type=FiniteRange(min=0, min_open=True),
               help="Jobs per second of the generated trace [default: 0.2].")
 @click.option("--arrival", type=click.Choice(ARRIVALS), default=ARRIVALS[0], show_default=True,
               help="Arrival process of the generated trace.")
@@ -581,7 +663,8 @@ def simulate_command(
 @click.option("--strategies", default=",".join(STRATEGY_NAMES), show_default=True,
               help="Comma-separated strategy names.")
 @_with_options(noise_options)
-@click.option("--plots", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--plot-dir", "--plots", "plots", cls=AliasedOption, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
               help="Write cost_cdf.png and time_vs_deadline.png to this folder.")
 @json_option
 @friendly
@@ -651,8 +734,6 @@ def _sweep_list(text: str, option: str, parse: Callable[[str], Any], need: str) 
 
 
 def _positive_rate(text: str) -> float:
-    import math
-
     value = float(text)
     if not (math.isfinite(value) and value > 0):
         raise ValueError(text)
@@ -706,10 +787,11 @@ def _sweep_text(result: Any, cells: int) -> str:
               help="Job-size mix of the traces (see `generate_trace`).")
 @click.option("--pool", "pool_size", type=click.IntRange(min=1), default=DEFAULT_POOL_SIZE,
               show_default=True, help="Functions shared by all jobs.")
-@click.option("--guarantee", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--guarantee", type=FiniteRange(0, 1, min_open=True, max_open=True),
               default=DEFAULT_GUARANTEE, show_default=True,
               help="The planning quantile of the strategies that plan for one.")
-@click.option("--plots", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--plot-dir", "--plots", "plots", cls=AliasedOption, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
               help="Write the figures (met-rate and cost against each truth key) here.")
 @click.option("--workers", type=click.IntRange(1, 1024), metavar="N",
               help="Processes of the local Dask cluster [default: usable cores].")
@@ -754,7 +836,7 @@ def sweep_command(
     try:
         result = sweep(names, seeds, truths, setup=setup, rates=rate_values, plots=plots,
                        workers=workers, scheduler=scheduler,
-                       progress=None if as_json else progress)
+                       progress=None if as_json or quiet() else progress)
     except SweepInterrupted as stop:  # the shell's convention: 128 + the signal's number
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -871,7 +953,7 @@ class _IterationBar:
     """
 
     def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled, self.total = enabled, total
+        self.enabled, self.total = enabled and not quiet(), total
         self.bar: Any = None
         self.origin = 0
 
@@ -946,14 +1028,14 @@ def _rounds_lines(rounds: tuple[dict[str, Any], ...]) -> list[str]:
 @click.option("--backend", type=click.Choice(["local", "aws"]), default="local",
               show_default=True)
 @click.option("--redis-url", help="The parameter channel (default for local: start one).")
-@click.option("--timeout-s", type=click.FloatRange(min=1), default=900.0, show_default=True,
+@click.option("--timeout-s", type=FiniteRange(min=1), default=900.0, show_default=True,
               help="Each invocation's limit (on AWS at most Lambda's 900 s).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workload",
               help="What the workers train: digits-cnn, digits-mlp or package.module:factory "
-                   "[default: the workload the plan's instance was profiled for, else "
-                   "digits-cnn].")
+                   "[default: the shipped workload the plan's instance was profiled for, "
+                   "else digits-cnn; a file never names your own code].")
 @click.option("--function-name", default="lambdadnn-worker", show_default=True)
 @click.option("--role-arn", help="Execution role of the Lambda function (aws).")
 @click.option("--layer", "layers", multiple=True, help="Layer ARN with torch, sklearn, redis.")
@@ -980,15 +1062,15 @@ def launch_command(
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
 
     Locally at most 64 functions, within this machine's CPUs (see --oversubscribe). A
-    `--workload` module is looked up in the current directory first, as `python -m` does.
+    `--workload` module is looked up in the current directory first, as `python -m` does;
+    the plan's instance may name a shipped workload only (a received file runs no code).
     `--adaptive` measures the run and re-solves the rest of it at checks (the plan's
     instance is the belief): it changes the functions and memory between rounds when the
     deadline is at risk or a cheaper plan still meets it; the report lists the rounds.
     """
-    import math
-    import os
-
     from lambdadnn.launcher import aws, require_extras
+    from lambdadnn.launcher.workloads import resolve_workload
+    from lambdadnn.solver.inputs import brief
 
     if print_policy:
         target = None
@@ -1016,14 +1098,13 @@ def launch_command(
     from lambdadnn.launcher.channel import redis_client
 
     spec = _plan_to_launch(source, platform, force)
+    profiled = spec.instance.fit if spec.instance is not None else None
+    workload = resolve_workload(
+        workload, recorded=None if profiled is None else profiled.workload,
+        field="instance_spec.fit.workload" if source.suffix.lower() == ".json" else "fit.workload",
+        source=f"file {brief(str(source), 80)}",
+    )
     controller = controller_for(spec) if adaptive else None
-    if workload is None:
-        from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
-
-        profiled = spec.instance.fit if spec.instance is not None else None
-        workload = DEFAULT_WORKLOAD if profiled is None else profiled.workload
-    if ":" in workload and os.getcwd() not in sys.path:  # as the workers (`python -c`) do
-        sys.path.insert(0, os.getcwd())
     settings = {"checkpoint_every": checkpoint_every, "seed": seed, "workload": workload}
     if target is not None:
         job = f"aws-{seed}-{spec.functions}x{spec.memory_mb}"
@@ -1171,7 +1252,7 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
               show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where to write the fitted instance YAML.")
-@click.option("--budget-s", type=click.FloatRange(min=30, max=86_400), default=300.0,
+@click.option("--budget-s", type=FiniteRange(min=30, max=86_400), default=300.0,
               show_default=True, help="Profiling time to stay within.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--local-batch", type=click.IntRange(min=1, max=100_000), default=64,
@@ -1180,7 +1261,8 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
               show_default=True, help="Written into the instance's workload.")
 @click.option("--max-global-batch", type=click.IntRange(min=1, max=10**9), default=1024,
               show_default=True, help="Written into the instance's workload.")
-@click.option("--deadline-s", type=click.FloatRange(min=1, max=1e9), default=60.0,
+@click.option("--deadline-s", "--deadline", "deadline_s", cls=AliasedOption,
+              type=FiniteRange(min=1, max=1e9), default=60.0,
               show_default=True, help="Written into the instance's objective.")
 @click.option("--reserve-cpus", type=click.IntRange(min=0, max=1024), default=1,
               show_default=True,
@@ -1206,20 +1288,16 @@ def profile_command(
     holds every parameter with its standard error, every trial with its measured and fitted
     time, and what the design could not identify.
     """
-    import os
-
     import yaml
 
     from lambdadnn.launcher import require_extras
     from lambdadnn.launcher.profile import profile_workload
-    from lambdadnn.launcher.workloads import check_workload
+    from lambdadnn.launcher.workloads import check_workload, resolve_workload
 
     if out.is_dir() or not out.parent.is_dir():
         raise InstanceError(f"`--out` {out} must be a file in an existing folder")
     require_extras(backend)
-    if ":" in workload and os.getcwd() not in sys.path:  # as `launch` does
-        sys.path.insert(0, os.getcwd())
-    check_workload(workload, seed)
+    check_workload(resolve_workload(workload), seed)
     if backend == "aws":
         from lambdadnn.launcher.aws import profile_capacity, profile_runner
 
@@ -1240,7 +1318,7 @@ def profile_command(
 
     def progress(done: int, total: int, label: str) -> None:
         nonlocal bar
-        if as_json or not sys.stderr.isatty():
+        if as_json or quiet() or not sys.stderr.isatty():
             return
         if bar is None:
             bar = click.progressbar(length=total, label="profiling", file=sys.stderr,

@@ -361,6 +361,12 @@ class AwsLauncher:
                 return response
             except Exception as exc:
                 code = _error_code(exc)
+                if code is None and _missing_credentials(exc):
+                    raise AwsLaunchError(
+                        f"{operation} needs AWS credentials and found none: set "
+                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run "
+                        "`aws configure`"
+                    ) from None
                 if code is None:
                     raise
                 attempt += 1
@@ -653,6 +659,7 @@ def run_aws(
             f"(0, {FUNCTION_TIMEOUT_S}]"
         )
     timeout_s = float(timeout_s)
+    _check_concurrency(spec)
     if max_restarts is None:
         max_restarts = 3 * (spec.restarts + 1)
     event = spec.worker_event(job=job, redis_url=redis_url, settings={
@@ -795,6 +802,30 @@ def run_aws_job(
             channel.client.close()
     except redis.RedisError as error:
         raise channel_failed(redis_url, error) from None
+
+
+def _missing_credentials(error: Exception) -> bool:
+    """Whether botocore found no (or half the) credentials: a setup step, not an AWS error."""
+    return any(kind.__module__ == "botocore.exceptions"
+               and kind.__name__ in {"NoCredentialsError", "PartialCredentialsError"}
+               for kind in type(error).__mro__)
+
+
+def _check_concurrency(spec: LaunchSpec) -> None:
+    """Refuse, before any call, a plan of more functions than its platform runs at once (the
+    plan's own platform, else the shipped `aws-lambda-<architecture>`): Lambda would throttle
+    the extra ranks and the group would wait on them until its deadline had passed."""
+    if spec.instance is not None:
+        limit, source = spec.instance.platform.max_concurrency, spec.instance.platform.name
+    else:
+        source = f"aws-lambda-{spec.architecture}"
+        limit = int(read_yaml(platform_path(source))["max_concurrency"])
+    if spec.functions > limit:
+        raise AwsLaunchError(
+            f"the plan's {spec.functions:,} functions exceed the `max_concurrency` of "
+            f"{limit:,} of platform {source}: solve the plan again within that limit, or raise "
+            "the account's limit with AWS and give a platform that says so (--platform FILE)"
+        )
 
 
 def profile_capacity(*, region: str, architecture: str = "x86_64") -> Capacity:

@@ -397,8 +397,8 @@ class _Invocation:
         read, write = os.pipe()
         os.set_blocking(read, False)
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-c",
+            process = subprocess.Popen(  # -P: not the current folder first on the path
+                [sys.executable, "-P", "-c",
                  "from lambdadnn.launcher.local import _worker_main; _worker_main()",
                  str(write), str(os.getpid())],
                 stdin=subprocess.PIPE, pass_fds=(write,), env=env,
@@ -482,7 +482,8 @@ def _worker_environment(workload: str) -> dict[str, str]:
     A worker is a fresh interpreter: a `lambdadnn` or a user's factory module found through
     the launcher's own `sys.path` must be found by the worker too. An editable install (whose
     package folder has another name) is found by the same interpreter's import hook, which
-    needs nothing.
+    needs nothing. The current folder is not on a worker's path (`-P`): only the folder of the
+    factory the user named (`resolve_workload`) is.
     """
     env = dict(os.environ)
     package = Path(lambdadnn.__file__).resolve().parent

@@ -1,10 +1,12 @@
 """What the worker trains: the workload contract, the shipped workloads and `--workload` lookup.
 
-A workload is named `digits-cnn` / `digits-mlp` (shipped) or `package.module:factory`. The
-factory takes the launch's seed (every rank calls it with the same one, so every rank builds
-the same initial model and the same train/test split) and returns a `Workload`: the model, the
-train and test data, the loss and the SGD settings. Sharding, batching, the channel and
-checkpoints stay the launcher's.
+A workload is named `digits-cnn` / `digits-mlp` (shipped) or `package.module:factory`. Only
+the user names code to run (`--workload`, or in Python): a file (a plan JSON, an instance
+YAML) may name a shipped workload only, so receiving one never runs its sender's code
+(`resolve_workload`). The factory takes the launch's seed (every rank calls it with the same
+one, so every rank builds the same initial model and the same train/test split) and returns a
+`Workload`: the model, the train and test data, the loss and the SGD settings. Sharding,
+batching, the channel and checkpoints stay the launcher's.
 
 This module imports no torch at module level: the AWS launcher resolves a workload without it.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
+import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
 __all__ = ["DEFAULT_WORKLOAD", "SHIPPED", "Workload", "check_workload", "digits_cnn",
-           "digits_mlp", "length", "load_workload", "module_root", "sample"]
+           "digits_mlp", "length", "load_workload", "module_root", "resolve_workload", "sample"]
 
 DEFAULT_WORKLOAD = "digits-cnn"
 SHIPPED: dict[str, str] = {
@@ -227,6 +231,42 @@ def check_workload(reference: str, seed: int) -> None:
         found = None
     if found is None:
         _refuse(reference, f"module {module!r} is not importable here")
+
+
+def resolve_workload(
+    option: str | None, *, recorded: str | None = None, field: str = "fit.workload",
+    source: str = "the plan",
+) -> str:
+    """The workload a command runs; the one place the current folder joins the import path.
+
+    `option` is what the user named (`--workload`): naming a `package.module:factory` is
+    their choice of code, so it is looked up in the current folder first, as `python -m`
+    does (and the workers get the folder it was imported from, `module_root`). Without it,
+    `recorded` (what `field` in `source` names, a profiled instance's `fit.workload`) runs
+    only if it is shipped, and the path is left alone: a received file never chooses code.
+    Neither: `DEFAULT_WORKLOAD`.
+    """
+    if option is None:
+        if recorded is None:
+            return DEFAULT_WORKLOAD
+        if recorded in SHIPPED:
+            return recorded
+        try:
+            _split(recorded)
+            fix = f"--workload {shlex.quote(recorded)}" if len(recorded) <= 200 else ""
+        except LaunchError:  # not even of the form: suggest the form, not the text
+            fix = ""
+        raise LaunchError(
+            f"`{field}` in {source} names {brief(recorded, 80)}, which is not a shipped "
+            f"workload ({', '.join(SHIPPED)}); a file may name only those: name your own code "
+            f"on the command line: {fix or '--workload package.module:factory'}"
+        )
+    if option not in SHIPPED:
+        _split(option)  # a malformed name is refused before the path changes
+        folder = os.getcwd()
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    return option
 
 
 def module_root(reference: str) -> Path | None:

@@ -7,8 +7,11 @@ cache directory (`$XDG_CACHE_HOME/lambdadnn`, else `~/.cache/lambdadnn`), under 
 the text of the modules that define the model and derive it, and the lambdadnn version: any
 change to the model re-derives and re-proves it. A cache that is missing, unreadable, corrupt
 (its checksum is stored with it) or written for another key is ignored and rewritten; one
-that cannot be written is skipped. The cache never changes an answer and never fails a
-solve. On the cached path SymPy is not imported at all.
+that cannot be written is skipped. It is code this process runs, so it is read and written
+only in a folder of the user's own that no one else may write, as a regular file of the
+user's own that no one else may write, never through a symlink; both are checked on the open
+descriptors, so a swap between the check and the read cannot win. The cache never changes
+an answer and never fails a solve. On the cached path SymPy is not imported at all.
 
 A figure is always computed by the same statements, whichever figures are asked for with it
 (`Program.function` takes the statements each needs, in the one order), so figures agree to
@@ -20,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
+import secrets
 import stat
-import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +43,7 @@ AUXILIARY = ("weight", "crash_load", "crash_load_quantile")
 # The modules whose text defines the model, its proofs and its printing (beside this one).
 MODEL_SOURCES = ("equations.py", "derivation.py", "compiled.py")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+logger = logging.getLogger(__name__)
 
 Statement = tuple[str, str, tuple[str, ...]]  # target, numpy expression, temporaries it uses
 Output = tuple[str, tuple[str, ...]]  # numpy expression, temporaries it uses
@@ -171,38 +176,72 @@ def _program(payload: dict[str, Any], origin: Literal["cache", "derived"]) -> Pr
     return program
 
 
-def _read(path: Path, key: str) -> Program | None:
-    """The cached program at `path` if it is intact, made for `key` and the user's own (not
-    writable by others: it is code this process will run), else None."""
+def _private(descriptor: int, kind: int) -> bool:
+    """Whether the open `descriptor` is of `kind` (`stat.S_IFDIR`, `stat.S_IFREG`), owned by
+    this user and writable by no one else: checked on the descriptor, not the name, so that a
+    swap after the check cannot change what is read."""
+    info = os.fstat(descriptor)
+    return (
+        stat.S_IFMT(info.st_mode) == kind
+        and info.st_uid == os.geteuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+@contextlib.contextmanager
+def _folder(directory: Path) -> Iterator[int]:
+    """A descriptor of the cache folder, opened without following a symlink; `OSError` unless
+    it is private (`_private`). Files are then opened relative to it (`dir_fd`), so the folder
+    cannot be swapped between the check and their use."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        info = path.stat()
-        owner = getattr(os, "getuid", lambda: info.st_uid)()
-        if info.st_uid != owner or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        if not _private(descriptor, stat.S_IFDIR):
+            raise PermissionError(f"{directory} is not a folder of this user's alone")
+        yield descriptor
+    finally:
+        os.close(descriptor)
+
+
+def _read(path: Path, key: str) -> Program | None:
+    """The cached program at `path` if it is intact, made for `key`, and a regular file of the
+    user's own in a folder of the user's own, neither writable by others nor reached through a
+    symlink (it is code this process will run); else None."""
+    try:
+        with _folder(path.parent) as folder:
+            descriptor = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+            with os.fdopen(descriptor, encoding="utf-8") as stream:
+                if not _private(descriptor, stat.S_IFREG):
+                    raise PermissionError("not a regular file of this user's alone")
+                stored = json.load(stream)
         payload = stored["payload"]
         if stored["key"] != key or stored["checksum"] != _checksum(payload):
             return None
         return _program(payload, "cache")
-    except Exception:  # whatever is wrong with a cache file, derive instead
+    except Exception as error:  # whatever is wrong with a cache file, derive instead
+        logger.debug("model cache %s not used: %s: %s", path, type(error).__name__, error)
         return None
 
 
 def _write(path: Path, key: str, payload: dict[str, Any]) -> None:
-    """Store atomically (a temporary file renamed over the cache file), or not at all."""
+    """Store atomically (a temporary file renamed over the cache file), or not at all: only
+    in a private folder (`_folder`), never through a symlink."""
     stored = {"key": key, "checksum": _checksum(payload), "payload": payload}
+    temporary = f".model-{secrets.token_hex(8)}.tmp"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".model-", suffix=".tmp")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(stored, stream)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        with _folder(path.parent) as folder:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            descriptor = os.open(temporary, flags, 0o600, dir_fd=folder)
+            try:
+                with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+                    json.dump(stored, stream)
+                os.replace(temporary, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:  # an error or Ctrl-C: leave no temporary file behind
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary, dir_fd=folder)
+                raise
+    except OSError as error:
+        logger.debug("model cache %s not written: %s: %s", path, type(error).__name__, error)
 
 
 def load(directory: Path | None, key: str | None) -> Program:

@@ -150,7 +150,7 @@ def save_figure(figure: Any, path: Path) -> Path:
         figure.savefig(path)
     except OSError as error:  # a full disk, a folder made read-only meanwhile
         raise InstanceError(
-            f"`--plots`: cannot write {brief(str(path), 80)} "
+            f"`--plot-dir`: cannot write {brief(str(path), 80)} "
             f"({error.strerror or 'I/O error'}); free space or choose another folder"
         ) from None
     finally:
@@ -160,19 +160,19 @@ def save_figure(figure: Any, path: Path) -> Path:
 
 def plot_folder(folder: Path) -> Path:
     """`folder`, created if need be and writable, or `InstanceError` in one line: checked
-    before a comparison runs, so a bad `--plots` never costs the whole simulation."""
+    before a comparison runs, so a bad `--plot-dir` never costs the whole simulation."""
     shown = brief(str(folder), 80)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise InstanceError(f"`--plots` {shown} is a file; give a folder") from None
+        raise InstanceError(f"`--plot-dir` {shown} is a file; give a folder") from None
     except (OSError, ValueError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else "unusable"
         raise InstanceError(
-            f"`--plots` {shown} cannot be created ({reason}); give a folder you can write to"
+            f"`--plot-dir` {shown} cannot be created ({reason}); give a folder you can write to"
         ) from None
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise InstanceError(f"`--plots` {shown} is not writable; give a folder you can write to")
+        raise InstanceError(f"`--plot-dir` {shown} is not writable; give a folder you can write to")
     return folder
 
 

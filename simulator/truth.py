@@ -33,6 +33,11 @@ from lambdadnn.solver.instance import Instance
 # Keys whose value must be > 0 (scales and a saturation point); the others may be 0.
 _POSITIVE = ("rate_scale", "bandwidth_scale", "startup_scale", "saturates_at_mb")
 _LIMIT = 1e9
+# A world a hundred times faster or slower than the belief is no test of a planner, and
+# beyond it the engine's arithmetic breaks (bandwidth_scale=1e-308 overflowed a time to inf,
+# rate_scale=1e9 made the truth's own plans invalid): scales stay within this range.
+_SCALES = ("rate_scale", "bandwidth_scale", "startup_scale")
+_SCALE_RANGE = (1e-2, 1e2)
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,13 @@ class Truth:
                 raise InstanceError(
                     f"`truth.{field.name}` must be a number {low} and ≤ {_LIMIT:g}, "
                     f"got {brief(value)}"
+                )
+            low_scale, high_scale = _SCALE_RANGE
+            if field.name in _SCALES and not low_scale <= value <= high_scale:
+                raise InstanceError(
+                    f"`truth.{field.name}` must be in [{low_scale:g}, {high_scale:g}] (a world "
+                    f"at most a hundred times slower or faster than the belief), got "
+                    f"{brief(value)}"
                 )
 
     @classmethod

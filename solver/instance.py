@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import math
 import numbers
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -23,7 +24,7 @@ import yaml
 
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief, read_text
-from lambdadnn.solver.shipped import names, platforms_folder
+from lambdadnn.solver.shipped import instances_folder, named, names, platforms_folder
 
 try:
     from yaml import CSafeLoader as _SafeLoader
@@ -767,8 +768,43 @@ def read_yaml(path: Path, *, what: str = "an instance YAML") -> Any:
         loader.dispose()
 
 
-def platform_path(name: str, search: Path | None = None) -> Path:
-    """Where a platform named in an instance lives: beside the instance first, then shipped."""
+def _given_path(text: str) -> Path | None:
+    """`text` as a path when it is one: something exists there, or it has a folder or a YAML
+    suffix. A path that exists wins over a shipped name; anything else is a name. What is at
+    the path (a FIFO, a folder, nothing) is `read_yaml`'s to report, in one line."""
+    path = Path(text)
+    if "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
+        return path
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError):  # EACCES, ELOOP, a NUL byte: not a name either
+        pass
+    return path
+
+
+def instance_path(source: str | Path) -> Path:
+    """Where an instance given by the caller lives: the path itself, or the shipped instance of
+    that name (`mobilenet-cifar10`) when no file is there, so an installed package's examples
+    work from any folder."""
+    text = str(source)
+    path = _given_path(text)
+    if path is not None:
+        return path
+    shipped = named(instances_folder(), text)
+    if shipped is None:
+        raise InstanceError(
+            f"`instance` {brief(text)} is neither a file nor a shipped instance; give the path "
+            f"of an instance YAML or one of {', '.join(names(instances_folder()))}"
+        )
+    return shipped
+
+
+def platform_path(name: str, search: Path | None = None, *, alternative: str | None = None
+                  ) -> Path:
+    """Where a platform named in an instance lives: beside the instance first, then shipped.
+    `alternative` is what else the message offers (default: an inline mapping)."""
     if "/" in name or "\\" in name or name.startswith("."):
         raise InstanceError(
             f"`platform` must be a platform name such as `aws-lambda-x86_64`, got {brief(name)}"
@@ -784,14 +820,17 @@ def platform_path(name: str, search: Path | None = None) -> Path:
     known = names(platforms_folder())
     raise InstanceError(
         f"`platform` {brief(name)} is not a known platform; use one of {', '.join(known)} "
-        "or give the platform inline as a mapping"
+        f"or {alternative or 'give the platform inline as a mapping'}"
     )
 
 
-def _resolve_platform(value: Any, search: Path | None) -> Platform:
+def _resolve_platform(value: Any, search: Path | None, *, caller: bool = False) -> Platform:
+    """The platform an instance names (a name only: a file never points at another file), or
+    the one its caller chose (`caller`: `--platform`, `platform=`), which may be a path too."""
     if not isinstance(value, str):
         return _platform("platform", value)
-    source = platform_path(value, search)
+    source = (_given_path(value) if caller else None) or platform_path(
+        value, search, alternative="the path of a platform YAML" if caller else None)
     try:
         raw = read_yaml(source, what="a platform YAML")
     except InstanceError as error:
@@ -807,16 +846,19 @@ def _resolve_platform(value: Any, search: Path | None) -> Platform:
 def load_instance(
     source: Instance | Mapping[str, Any] | str | Path, *, platform: str | None = None
 ) -> Instance:
-    """An `Instance` from an instance, a mapping or a YAML path; `platform` overrides it."""
+    """An `Instance` from an instance, a mapping, a YAML path or a shipped instance's name
+    (`mobilenet-cifar10`; a file at that path wins); `platform` (a name or a platform YAML's
+    path) overrides its platform."""
     if isinstance(source, Instance):
         if platform is None:
             return source
-        return dataclasses.replace(source, platform=_resolve_platform(platform, None))
+        return dataclasses.replace(
+            source, platform=_resolve_platform(platform, None, caller=True))
     search: Path | None = None
     default_name = "instance"
     document = "not an instance"
     if isinstance(source, (str, Path)):
-        path = Path(source)
+        path = instance_path(source)
         raw = read_yaml(path)  # first: it refuses a symlink loop, a FIFO, a device in one line
         document = f"file {brief(str(path), 80)} is not an instance"
         try:
@@ -842,7 +884,7 @@ def load_instance(
         raise _fail("platform", chosen, "a platform name or a mapping")
     return Instance(
         name=checked.get("name", default_name),
-        platform=_resolve_platform(chosen, search),
+        platform=_resolve_platform(chosen, search, caller=platform is not None),
         workload=checked["workload"],
         profile=checked["profile"],
         parameter_server=checked["parameter_server"],

@@ -14,9 +14,10 @@ ScheduleStatus = Literal["optimal", "feasible", "infeasible"]
 
 @dataclass(frozen=True)
 class Submission:
-    """One job for `solve_many`: an instance (an `Instance`, a mapping in the YAML schema or
-    a path), when it is submitted and its deadline counted from then (None: the instance's
-    own `objective.deadline_s`). `name` labels it in tables (default: the instance's name)."""
+    """One job for `solve_many`: an instance (an `Instance`, a mapping in the YAML schema, a
+    path or a shipped instance's name), when it is submitted and its deadline counted from
+    then (None: the instance's own `objective.deadline_s`). `name` labels it in tables
+    (default: the instance's name)."""
 
     instance: Instance | dict[str, Any] | str | Path
     submit_s: float = 0.0

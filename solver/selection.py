@@ -108,9 +108,11 @@ class _SelectionModel:
 
 
 _models: OrderedDict[int, _SelectionModel] = OrderedDict()
-# Pyomo redirects file descriptors while HiGHS runs: every HiGHS solve in the process (this
-# selection, `solve_many`'s schedule) holds this lock.
-highs_lock = threading.Lock()
+# Pyomo redirects file descriptors while HiGHS runs, HiGHS 1.16 shares state across `Highs`
+# objects, and Pyomo's model building is not thread-safe: every HiGHS solve in the process
+# (this selection, `solve_many`'s schedule from its build to its last solve) holds this lock,
+# re-entrantly (the schedule's HiGHS object is made under it).
+highs_lock = threading.RLock()
 
 
 def _highs(objective: npt.NDArray[np.float64], scaled_time: npt.NDArray[np.float64]) -> Selection:

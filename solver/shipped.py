@@ -28,3 +28,11 @@ def platforms_folder() -> Path:
 def names(folder: Path) -> list[str]:
     """The names (file stems) of the YAML files in a shipped folder, sorted."""
     return sorted(path.stem for path in folder.glob("*.yaml"))
+
+
+def named(folder: Path, name: str) -> Path | None:
+    """The shipped file called `name` (a stem such as `mobilenet-cifar10`) in `folder`, if any.
+
+    Only an exact stem matches, so no text reaches outside the folder (`../x` is no name).
+    """
+    return folder / f"{name}.yaml" if name in names(folder) else None

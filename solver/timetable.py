@@ -251,26 +251,29 @@ def solve_timetable(
     if not len(cols) or (objective <= floor * (1 + 1e-12) and (incumbent >= 0).all()):
         return _answer(incumbent, cols, penalty, objective, min(floor, objective), "not_run",
                        points, started)
-    highs = _Highs(cols, tasks, penalty, np.maximum(free, 0.0))
-    status, bound, relaxed = highs.relaxation(started + time_limit_s - time.perf_counter())
-    bound = max(bound, floor)
-    if relaxed is not None:
-        guided = initial(cols, tasks, free, preference=relaxed, budget_s=time_limit_s / 4)
-        if _objective(guided, cols, penalty) < objective:
-            incumbent, objective = guided, _objective(guided, cols, penalty)
-    left = time_limit_s - (time.perf_counter() - started)
-    if status != "optimal" or _gap(objective, bound) <= gap or left <= 0:
-        final = status if status != "optimal" or _gap(objective, bound) <= gap else "time_limit"
-        return _answer(incumbent, cols, penalty, objective, min(bound, objective), final, points,
+    # HiGHS 1.16 shares state across `Highs` objects and Pyomo's compiler is not thread-safe:
+    # the build, the LP and branch and bound hold the lock every HiGHS solve holds.
+    with highs_lock:
+        highs = _Highs(cols, tasks, penalty, np.maximum(free, 0.0))
+        status, bound, relaxed = highs.relaxation(started + time_limit_s - time.perf_counter())
+        bound = max(bound, floor)
+        if relaxed is not None:
+            guided = initial(cols, tasks, free, preference=relaxed, budget_s=time_limit_s / 4)
+            if _objective(guided, cols, penalty) < objective:
+                incumbent, objective = guided, _objective(guided, cols, penalty)
+        left = time_limit_s - (time.perf_counter() - started)
+        if status != "optimal" or _gap(objective, bound) <= gap or left <= 0:
+            proven = status != "optimal" or _gap(objective, bound) <= gap
+            return _answer(incumbent, cols, penalty, objective, min(bound, objective),
+                           status if proven else "time_limit", points, started)
+        status, found, mip_bound, chosen = highs.branch_and_bound(incumbent, left, gap)
+        bound = max(bound, mip_bound)
+        if chosen is not None and found < objective:
+            incumbent, objective = chosen, found
+        if _gap(objective, bound) <= gap:  # proven, whether or not HiGHS said its limit came
+            status = "optimal"
+        return _answer(incumbent, cols, penalty, objective, min(bound, objective), status, points,
                        started)
-    status, found, mip_bound, chosen = highs.branch_and_bound(incumbent, left, gap)
-    bound = max(bound, mip_bound)
-    if chosen is not None and found < objective:
-        incumbent, objective = chosen, found
-    if _gap(objective, bound) <= gap:  # proven, whether or not HiGHS said so before its limit
-        status = "optimal"
-    return _answer(incumbent, cols, penalty, objective, min(bound, objective), status, points,
-                   started)
 
 
 # HiGHS's model statuses, mapped to `solver_status` names (anything else is `unknown`).

@@ -269,7 +269,7 @@ def test_plots_inside_a_file_fail_before_simulating(
 
     monkeypatch.setattr("lambdadnn.simulator.compare.compare", no_simulation)
     code, _, err = invoke("compare", "--jobs", "2", "--plots", str(tmp_path / "file" / "in"))
-    assert code == 1 and err.startswith("error: `--plots`") and err.count("\n") == 1
+    assert code == 1 and err.startswith("error: `--plot-dir`") and err.count("\n") == 1
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
@@ -281,7 +281,7 @@ def test_an_unwritable_plots_folder_fails_before_simulating(
     monkeypatch.setattr("lambdadnn.simulator.compare.compare", None)
     for target in (locked, locked / "sub"):
         code, _, err = invoke("compare", "--jobs", "2", "--plots", str(target))
-        assert code == 1 and err.startswith("error: `--plots`") and err.count("\n") == 1
+        assert code == 1 and err.startswith("error: `--plot-dir`") and err.count("\n") == 1
 
 
 # 4. Trace files: read like every user file, cells quoted briefly, no file content shown.

@@ -179,7 +179,7 @@ def test_a_file_as_plot_folder_is_refused_before_the_sweep(tmp_path: Path) -> No
     target = tmp_path / "taken"
     target.write_text("")
     result = CliRunner().invoke(main, ["sweep", "--plots", str(target / "plots")])
-    assert result.exit_code == 1 and "`--plots`" in result.stderr
+    assert result.exit_code == 1 and "`--plot-dir`" in result.stderr
 
 
 def test_an_unreachable_scheduler_is_one_line_naming_it() -> None:
