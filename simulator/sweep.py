@@ -21,6 +21,7 @@ only when figures are drawn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -248,6 +249,60 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+_NO_SCHEDULER = ("start a Dask scheduler there (`dask scheduler`) or omit --scheduler for a "
+                 "local cluster")
+
+
+def _unreachable(scheduler: str, error: BaseException) -> InstanceError:
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return InstanceError(f"`--scheduler` {brief(scheduler, 80)}: cannot connect "
+                         f"({brief(reason, 100)}); {_NO_SCHEDULER}")
+
+
+def _check_scheduler(scheduler: str, timeout_s: float) -> None:
+    """Refuse, in one line, an address where no Dask scheduler answers within `timeout_s`."""
+    try:
+        kind = asyncio.run(_identity(scheduler, timeout_s))
+    except (OSError, ValueError, TypeError) as error:  # refused, timed out, not an address
+        raise _unreachable(scheduler, error) from None
+    if kind != "Scheduler":
+        raise InstanceError(
+            f"`--scheduler` {brief(scheduler, 80)} answers, but not as a Dask scheduler "
+            f"({brief(kind, 60)}); {_NO_SCHEDULER}"
+        )
+
+
+async def _identity(address: str, timeout_s: float) -> str:
+    """What answers at `address`: the `type` of a Dask peer's identity ("Scheduler", "Worker"),
+    else what went wrong. Dask's client waits for the peer's handshake without a timeout (a
+    silent listener held `sweep` for 13 minutes) and reads whatever comes back as frame
+    lengths (an HTTP server's reply asked for 3 EiB); this asks under one timeout, first."""
+    from distributed.comm.addressing import parse_address
+    from distributed.comm.core import connect
+
+    parse_address(address)  # ValueError: not an address; any later one is the peer's reply
+
+    async def ask() -> Any:
+        comm = await connect(address, timeout=timeout_s)  # type: ignore[no-untyped-call]
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = await asyncio.wait_for(ask(), timeout_s)
+    except TimeoutError:
+        raise TimeoutError(f"nothing answered as Dask does within {timeout_s:g} s") from None
+    except OSError:  # refused, reset, closed
+        raise
+    except Exception as error:  # a reply that is not Dask's: garbage frames, a bad header
+        return f"{type(error).__name__}: {brief(str(error), 40)}"
+    if isinstance(reply, dict) and isinstance(reply.get("type"), str):
+        return str(reply["type"])
+    return f"the reply {brief(reply, 40)}"
+
+
 def _connect(
     workers: int | None, scheduler: str | None, connect_timeout_s: float,
 ) -> tuple[Client, LocalCluster | None]:
@@ -263,15 +318,11 @@ def _connect(
         except BaseException:
             cluster.close()
             raise
-    shown = brief(scheduler, 80)
     try:
         client = distributed.Client(scheduler, timeout=connect_timeout_s)
     except (OSError, ValueError, TypeError) as error:  # refused, timed out, not an address
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise InstanceError(
-            f"`--scheduler` {shown}: cannot connect ({brief(reason, 100)}); start a Dask "
-            "scheduler there (`dask scheduler`) or omit --scheduler for a local cluster"
-        ) from None
+        raise _unreachable(scheduler, error) from None
+    shown = brief(scheduler, 80)
     try:
         client.wait_for_workers(1, timeout=connect_timeout_s)
     except TimeoutError:
@@ -316,6 +367,10 @@ def run_dask(
             # signal stays ignored through exec), then by `dask_setup` (a restarted worker
             # too). So none dies half-started or prints a traceback; a Ctrl-C in these
             # seconds of start-up is ignored by the sweep too (SIGTERM is not).
+            if scheduler is not None:  # a socket only: a signal may stop it at once
+                signals.release()
+                _check_scheduler(scheduler, connect_timeout_s)
+                signals.hold()
             ignoring = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
             try:
                 client, cluster = _connect(workers, scheduler, connect_timeout_s)

@@ -7,8 +7,6 @@ places the jobs its schedule gives up on the same way, and re-checks every sched
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 import numpy.typing as npt
 
@@ -39,49 +37,52 @@ class Capacity:
     """Functions in use over time, as a step function: where each job's stages fit.
 
     `times[i]` starts a segment in which `used[i]` functions are held, up to `times[i+1]`;
-    the last segment runs forever with none held (everything placed ends).
+    the last segment runs forever with none held (everything placed ends). Kept as arrays:
+    `solve_many` places thousands of missed jobs past tens of thousands of segments, which a
+    scan in Python took minutes over.
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.times: list[float] = [0.0]
-        self.used: list[int] = [0]
+        self.times: npt.NDArray[np.float64] = np.zeros(1)
+        self.used: npt.NDArray[np.int64] = np.zeros(1, dtype=np.int64)
 
     def _split(self, at: float) -> int:
         """The index of the segment starting exactly at `at`, made if need be."""
-        i = bisect.bisect_right(self.times, at) - 1
+        i = int(np.searchsorted(self.times, at, side="right")) - 1
         if self.times[i] == at:
             return i
-        self.times.insert(i + 1, at)
-        self.used.insert(i + 1, self.used[i])
+        self.times = np.insert(self.times, i + 1, at)
+        self.used = np.insert(self.used, i + 1, self.used[i])
         return i + 1
 
     def take(self, start: float, functions: int, seconds: float) -> float:
         """Hold `functions` for `seconds` from the earliest time ≥ `start` they are free."""
         at = self.earliest(start, functions, seconds)
         first, last = self._split(at), self._split(at + seconds)
-        for k in range(first, last):
-            self.used[k] += functions
+        self.used[first:last] += functions
         return at
 
     def earliest(self, start: float, functions: int, seconds: float) -> float:
-        """The earliest time ≥ `start` from which `functions` are free for `seconds`."""
-        i = max(0, bisect.bisect_right(self.times, start) - 1)
-        at = start
-        while True:
-            j = i
-            while j < len(self.times) and (j == i or self.times[j] < at + seconds):
-                if self.used[j] + functions > self.size:
-                    break
-                j += 1
-            else:
-                break
-            i, at = j + 1, self.times[j + 1]  # past the segment that is too full
-        return at
+        """The earliest time ≥ `start` from which `functions` are free for `seconds`.
+
+        The candidates are `start` and the end of each segment too full from there on; one
+        fits when the next full segment lies past its own and starts no earlier than
+        `seconds` after it.
+        """
+        if functions > self.size:
+            raise ValueError(f"{functions} functions never fit in a pool of {self.size}")
+        i = max(0, int(np.searchsorted(self.times, start, side="right")) - 1)
+        full = np.flatnonzero(self.used[i:] + functions > self.size) + i
+        opens = np.concatenate(([start], self.times[full + 1]))
+        own = np.concatenate(([i], full + 1))  # the segment each candidate starts in
+        next_full = np.append(full, len(self.times))
+        closes = np.append(self.times[full], np.inf)
+        fits = np.flatnonzero((next_full > own) & ~(closes < opens + seconds))
+        return float(opens[fits[0]])
 
     def forget(self, before: float) -> None:
         """Drop the segments that end before `before`: no stage starts earlier any more."""
-        i = bisect.bisect_right(self.times, before) - 1
+        i = int(np.searchsorted(self.times, before, side="right")) - 1
         if i > 0:
-            del self.times[:i]
-            del self.used[:i]
+            self.times, self.used = self.times[i:], self.used[i:]

@@ -21,7 +21,7 @@ def usage(schedule: Schedule) -> tuple[list[float], list[int]]:
     pool = Capacity(sum(job.functions for job in schedule.jobs))
     for job in schedule.jobs:
         pool.take(job.start_s, job.functions, job.time_s)
-    return list(pool.times), list(pool.used)
+    return pool.times.tolist(), pool.used.tolist()
 
 
 def shown(name: str, width: int) -> str:

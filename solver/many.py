@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,9 @@ from lambdadnn.solver.instance import (
 )
 from lambdadnn.solver.options import options, undated
 from lambdadnn.solver.pipeline import RECHECK_RTOL, check_guarantee, evaluate, solve
+from lambdadnn.solver.plan import Evaluation
 from lambdadnn.solver.schedule import Schedule, ScheduledJob, ScheduleStatus, Submission
-from lambdadnn.solver.timetable import Answer, Task, meets, solve_timetable
+from lambdadnn.solver.timetable import PHASES, Answer, Task, meets, solve_timetable
 
 DEFAULT_SLOT_S = 60.0
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -42,9 +43,10 @@ MAX_SCHEDULE_JOBS = 10_000
 # The grid solve_many builds at most. A job of deadline d has at most d/slot + 1 starts, each
 # with at most d/slot + 1 columns (one per last check point), so Σ (d/slot + 1)² bounds the
 # columns from the submissions alone, before anything is allocated. On the paper's mix the
-# columns come to about a quarter of it (1,000 jobs: 65,000 at the default 60 s slot, 1.7
-# million, 229 s and 21 GB at 9 s); the cap keeps a call near 300,000 columns and a few GB.
-MAX_COLUMN_BOUND = 1_300_000
+# columns come to about a quarter of it (10,000 jobs at the default 60 s slot: a bound of 2.6
+# million, 660,000 columns, 0.2 GB of arrays); the cap admits that and keeps the arrays
+# under a GB. The Pyomo model is bounded apart (`timetable.MAX_MODEL_NONZEROS`).
+MAX_COLUMN_BOUND = 4_000_000
 MAX_CHECK_POINTS = 1_000_000
 OBJECTIVE_RTOL = 1e-6  # HiGHS's objective against ours: its sums carry its tolerances
 
@@ -107,13 +109,12 @@ def _submissions(jobs: object) -> list[_Job]:
     return [_submission(index, job, loaded) for index, job in enumerate(jobs)]
 
 
-def _fastest(job: _Job, index: int, concurrency: int, guarantee: float | None,
+def _fastest(key: Instance, index: int, concurrency: int, guarantee: float | None,
              noise: NoiseModel | None) -> tuple[int, int, float, float]:
-    """The job's fastest plan within the limit: (n, m, time checked, cost)."""
-    limit = min(job.instance.max_functions, concurrency)
-    capped = dataclasses.replace(
-        job.instance, limits=dataclasses.replace(job.instance.limits, max_functions=limit)
-    )
+    """The fastest plan of the job `index` (its instance `key`) within the limit: (n, m,
+    time checked, cost)."""
+    limit = min(key.max_functions, concurrency)
+    capped = dataclasses.replace(key, limits=dataclasses.replace(key.limits, max_functions=limit))
     try:
         plan = solve(capped, deadline_s=1e-9, guarantee=guarantee, noise=noise)
     except NoValidPlanError as error:
@@ -146,13 +147,18 @@ def _place_late(
     return placed
 
 
-def _recheck(entry: ScheduledJob, job: _Job, guarantee: float | None,
-             noise: NoiseModel | None) -> None:
-    """The model's figures for the entry's plan agree with the schedule's (python-mip)."""
-    checked = evaluate(
-        job.instance, functions=entry.functions, memory_mb=entry.memory_mb,
-        guarantee=guarantee, noise=noise,
-    )
+def _recheck(entry: ScheduledJob, kind: int, key: Instance, guarantee: float | None,
+             noise: NoiseModel | None, evaluated: dict[tuple[int, int, int], Evaluation],
+             ) -> None:
+    """The model's figures for the entry's plan agree with the schedule's (python-mip).
+    `evaluated` keeps each plan of an instance (`kind`, undated: `key`) evaluated once: its
+    time, cost and validity do not depend on the deadline, and ten thousand jobs share a few
+    dozen plans."""
+    plan = (kind, entry.functions, entry.memory_mb)
+    if plan not in evaluated:
+        evaluated[plan] = evaluate(key, functions=entry.functions, memory_mb=entry.memory_mb,
+                                   guarantee=guarantee, noise=noise)
+    checked = evaluated[plan]
     same_time = math.isclose(checked.deadline_time_s, entry.time_s, rel_tol=RECHECK_RTOL)
     same_cost = math.isclose(checked.cost_usd, entry.cost_usd, rel_tol=RECHECK_RTOL)
     if not (checked.valid and same_time and same_cost):
@@ -177,19 +183,24 @@ def solve_many(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S, gap: float = DEFAULT_GAP,
     guarantee: float | None = None, noise: NoiseModel | None = None,
     reserved: Sequence[tuple[float, float, int]] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> Schedule:
     """The cheapest schedule of `jobs` under `concurrency` functions at once that meets every
     deadline it can, proven within `gap` by HiGHS.
 
     A job is a `Submission`, a mapping with its keys (`instance`, `submit_s`, `deadline_s`,
     `name`), or an instance alone (submitted at 0 with its own deadline); deadlines count from
-    submission. Starts are the submission or a multiple of `slot_s` after the earliest one;
-    HiGHS stops at `time_limit_s` or when the gap is proven. `guarantee` and `noise` plan each
-    job as `solve()` does. `reserved` are runs outside the schedule that already hold
+    submission. Starts are the submission or a multiple of `slot_s` after the earliest one.
+    `time_limit_s` bounds the whole call: the fronts, the grid and the greedy schedule come
+    out of it, and HiGHS gets what is left, or is skipped, keeping the greedy schedule and the
+    cost floor as its bound, when the model would not even be built in time (see
+    `solver.timetable`); it stops early once the gap is proven. `guarantee` and `noise` plan
+    each job as `solve()` does. `reserved` are runs outside the schedule that already hold
     functions, as (start_s, finish_s, functions): a scheduler re-planning as jobs arrive passes
-    the ones running. Raises `InstanceError` for bad input (naming `jobs[i]` and the
-    field), `NoValidPlanError` when a job has no valid plan, `SolverError` when HiGHS fails
-    or the schedule fails its re-check.
+    the ones running. `progress(phase)` is called as each phase of `timetable.PHASES`
+    starts. Raises `InstanceError` for bad input (naming `jobs[i]` and the field),
+    `NoValidPlanError` when a job has no valid plan, `SolverError` when HiGHS fails or the
+    schedule fails its re-check.
     """
     started = time.perf_counter()
     limit = positive_integer("concurrency", concurrency, MAX_CONCURRENCY)
@@ -202,20 +213,27 @@ def solve_many(
     held = _reserved(reserved, limit)
     submitted = _submissions(jobs)
     _check_grid(submitted, slot)
-    keys = [undated(job.instance) for job in submitted]
-    slowest: dict[Instance, float] = {}
-    for key, job in zip(keys, submitted, strict=True):  # one front per instance
-        slowest[key] = max(slowest.get(key, 0.0), job.deadline_s)
-    tasks = [
-        Task(job.submit_s, job.submit_s + job.deadline_s, options(
-            job.instance, guarantee=share, noise=noise, max_functions=limit,
-            slowest_s=slowest[key],
-        ).within(job.deadline_s))
-        for key, job in zip(keys, submitted, strict=True)
-    ]
-    answer = solve_timetable(tasks, concurrency=limit, slot=slot, time_limit_s=seconds,
-                             gap=number, reserved=held)
-    return _schedule(submitted, tasks, answer, limit, slot, held, share, noise, started)
+    report = progress or (lambda phase: None)
+    report(PHASES[0])
+    # Each job's instance without its deadline, numbered: one front per instance, and an
+    # instance hashed once per job (a frozen dataclass's hash walks every field).
+    numbered: dict[Instance, int] = {}
+    kinds = [numbered.setdefault(undated(job.instance), len(numbered)) for job in submitted]
+    keys = list(numbered)
+    slowest = [0.0] * len(keys)
+    for kind, job in zip(kinds, submitted, strict=True):
+        slowest[kind] = max(slowest[kind], job.deadline_s)
+    fronts = [options(key, guarantee=share, noise=noise, max_functions=limit,
+                      slowest_s=slowest[kind]) for kind, key in enumerate(keys)]
+    tasks = [Task(job.submit_s, job.submit_s + job.deadline_s, fronts[kind].within(job.deadline_s))
+             for kind, job in zip(kinds, submitted, strict=True)]
+    answer = solve_timetable(
+        tasks, concurrency=limit, slot=slot, time_limit_s=seconds - (time.perf_counter() - started),
+        gap=number, reserved=held, progress=report,
+    )
+    report(PHASES[-1])
+    return _schedule(submitted, kinds, keys, tasks, answer, limit, slot, held, share, noise,
+                     started)
 
 
 def _column_bound(deadlines: list[float], slot: float) -> float:
@@ -287,7 +305,8 @@ def _reserved(reserved: object, limit: int) -> list[tuple[float, float, int]]:
 
 
 def _schedule(
-    submitted: list[_Job], tasks: list[Task], answer: Answer, limit: int, slot: float,
+    submitted: list[_Job], kinds: list[int], keys: list[Instance], tasks: list[Task],
+    answer: Answer, limit: int, slot: float,
     reserved: list[tuple[float, float, int]], guarantee: float | None,
     noise: NoiseModel | None, started: float,
 ) -> Schedule:
@@ -305,10 +324,14 @@ def _schedule(
                        float(opts.time_s[k]), float(opts.cost_usd[k]))
         capacity.take(start, runs[index][0], runs[index][3])
     missed = [index for index in range(len(tasks)) if index not in runs]
-    fastest = {index: _fastest(submitted[index], index, limit, guarantee, noise)
-               for index in missed}
+    by_kind: dict[int, tuple[int, int, float, float]] = {}  # one solve per instance
+    for index in missed:
+        if kinds[index] not in by_kind:
+            by_kind[kinds[index]] = _fastest(keys[kinds[index]], index, limit, guarantee, noise)
+    fastest = {index: by_kind[kinds[index]] for index in missed}
     runs.update(_place_late(missed, submitted, tasks, capacity, fastest))
     entries = []
+    evaluated: dict[tuple[int, int, int], Evaluation] = {}
     for index, job in enumerate(submitted):
         n, m, start, t, c = runs[index]
         # The MILP's jobs meet their deadline by construction (the re-check tests that claim);
@@ -321,7 +344,7 @@ def _schedule(
             finish_s=finish, cost_usd=c, met=met,
             late_s=0.0 if met else finish - (job.submit_s + job.deadline_s),
         )
-        _recheck(entry, job, guarantee, noise)
+        _recheck(entry, kinds[index], keys[kinds[index]], guarantee, noise, evaluated)
         entries.append(entry)
     top, at = peak([e.start_s for e in entries] + [r[0] for r in reserved],
                    [e.finish_s for e in entries] + [r[1] for r in reserved],

@@ -26,13 +26,19 @@ optimum meets as many deadlines as any schedule of these columns can, then costs
 A greedy schedule (earliest due first, each job's cheapest column that fits), then one
 guided by the LP relaxation (`solver.incumbents`), is the incumbent HiGHS's branch and bound
 starts from: every answer, even at the time limit, is a schedule (`solve_timetable`).
+
+The time limit covers everything. Pyomo compiles the model at a few microseconds a nonzero
+(5.5 million for ten thousand jobs of the paper's mix at the 60 s slot: 20–45 s), so a model
+that would not be built within half the time left, or that would take more than a few GB, is
+not built: the greedy schedule stands, with the cost floor (every job on its cheapest option)
+as its bound.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -51,6 +57,15 @@ Index = npt.NDArray[np.int64]
 # (a + T − t0)/slot must never let a run that is still going miss a check point.
 COVER_RTOL = 1e-12
 WAIT_S = 0.05  # how often the waiting thread looks for Ctrl-C while HiGHS runs
+# Pyomo's build and compile per nonzero of the model, at the fast end of what was measured
+# (4–12 µs on 2 cores, idle to loaded): a model is skipped only when even that is too slow.
+BUILD_S_PER_NONZERO = 4e-6
+# The Pyomo model's memory is about half a kilobyte a nonzero (ten thousand jobs, 5.5 million
+# nonzeros: 2.96 GB); a larger model is not built, whatever the time limit.
+MAX_MODEL_NONZEROS = 6_000_000
+# What `solve_many` reports to `progress`, in order (a phase may be skipped).
+PHASES = ("fronts", "grid", "greedy schedule", "model", "relaxation", "branch and bound",
+          "re-check")
 
 
 @dataclass(frozen=True)
@@ -126,7 +141,7 @@ def columns(tasks: Sequence[Task], *, t0: float, slot: float) -> Columns:
     same at every such start and are found once per task; a start at submission, between
     check points, is counted from the point before it to the last before its finish.
     """
-    parts: list[tuple[int, Index, float, int, Index]] = []
+    parts: list[tuple[int, Index, Array, Index, Index]] = []  # task, option, start, first, stop
     for index, task in enumerate(tasks):
         times = task.options.time_s
         if not len(times):
@@ -136,34 +151,51 @@ def columns(tasks: Sequence[Task], *, t0: float, slot: float) -> Columns:
         if count:
             stop = _points((task.submit_s + times[:count] - t0) / slot)
             keep = _last_of_runs(stop)
-            parts.append((index, keep, task.submit_s, at_submit, stop[keep]))
-        span = _points(times / slot)  # a start on check point i counts up to i + span - 1
-        last = _last_of_runs(span)
-        latest = math.floor((task.due_s - times[0] - t0) / slot)
-        for point in range(at_submit + 1, latest + 1):
-            start = t0 + point * slot
-            count = _within(times, start, task.due_s)
-            if not count:
-                continue
-            whole = int(np.searchsorted(last, count))  # classes wholly among the first count
-            keep = last[:whole]
-            if not whole or keep[-1] != count - 1:
-                keep = np.append(keep, count - 1)
-            parts.append((index, keep, start, point, point + span[keep]))
+            parts.append((index, keep, np.full(len(keep), task.submit_s),
+                          np.full(len(keep), at_submit, dtype=np.int64), stop[keep]))
+        parts.append(_on_check_points(index, task, t0, slot, at_submit))
     if not parts:
         empty = np.empty(0, dtype=np.int64)
         return Columns(empty, empty, np.empty(0), empty, empty, empty, np.empty(0))
     sizes = [len(part[1]) for part in parts]
-    owner = np.repeat([part[0] for part in parts], sizes).astype(np.int64)
     option = np.concatenate([part[1] for part in parts]).astype(np.int64)
     functions = np.concatenate([tasks[part[0]].options.functions[part[1]] for part in parts])
     cost = np.concatenate([tasks[part[0]].options.cost_usd[part[1]] for part in parts])
     return Columns(
-        owner, option, np.repeat([part[2] for part in parts], sizes),
-        np.repeat([part[3] for part in parts], sizes).astype(np.int64),
+        np.repeat([part[0] for part in parts], sizes).astype(np.int64), option,
+        np.concatenate([part[2] for part in parts]),
+        np.concatenate([part[3] for part in parts]).astype(np.int64),
         np.concatenate([part[4] for part in parts]).astype(np.int64),
         functions.astype(np.int64), cost,
     )
+
+
+def _on_check_points(index: int, task: Task, t0: float, slot: float,
+                     at_submit: int) -> tuple[int, Index, Array, Index, Index]:
+    """The task's columns that start on check points: at each, the options that finish by
+    the due time (`_within`, for all starts at once), of those the classes wholly among them
+    and the slowest one. Ten thousand jobs have some 200,000 such starts."""
+    times = task.options.time_s
+    span = _points(times / slot)  # a start on check point i counts up to i + span - 1
+    last = _last_of_runs(span)
+    points = np.arange(at_submit + 1, math.floor((task.due_s - times[0] - t0) / slot) + 1)
+    starts = t0 + points * slot
+    counts = np.searchsorted(times, task.due_s - starts, side="right")
+    while True:  # exactly as `meets` decides, whatever the subtraction rounded
+        late = (counts > 0) & ~meets(starts, times[np.maximum(counts - 1, 0)], task.due_s)
+        if not late.any():
+            break
+        counts[late] -= 1
+    some = counts > 0
+    points, starts, counts = points[some], starts[some], counts[some]
+    whole = np.searchsorted(last, counts)  # classes wholly among the first `count`
+    extra = (whole == 0) | (last[np.maximum(whole - 1, 0)] != counts - 1)
+    sizes = whole + extra
+    group = np.repeat(np.arange(len(points)), sizes)
+    position = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    option = np.where(position < whole[group], last[np.minimum(position, len(last) - 1)],
+                      counts[group] - 1)
+    return index, option, starts[group], points[group], points[group] + span[option]
 
 
 def penalties(tasks: Sequence[Task]) -> Array:
@@ -226,6 +258,7 @@ def _answer(chosen: Index, cols: Columns, penalty: Array, objective: float, boun
 def solve_timetable(
     tasks: Sequence[Task], *, concurrency: int, slot: float, time_limit_s: float, gap: float,
     reserved: Sequence[tuple[float, float, int]] = (),
+    progress: Callable[[str], None] = lambda phase: None,
 ) -> Answer:
     """The least-penalised schedule of `tasks` on the check points' grid (see the module),
     around the functions `reserved` runs already hold (start, finish, functions).
@@ -233,9 +266,15 @@ def solve_timetable(
     The greedy schedule is the first incumbent. HiGHS solves the LP relaxation; its bound,
     and the greedy guided by its values (which on traces of a thousand jobs lands within
     0.1–0.5% of it), often prove the gap at once; otherwise HiGHS's branch and bound runs
-    from the better incumbent for the time left.
+    from the better incumbent for the time left. `time_limit_s` may be used up already (then
+    the greedy schedule is the answer).
     """
     started = time.perf_counter()
+
+    def left() -> float:
+        return time_limit_s - (time.perf_counter() - started)
+
+    progress(PHASES[1])
     t0 = min((task.submit_s for task in tasks), default=0.0)
     cols = columns(tasks, t0=t0, slot=slot)
     points = int(cols.stop.max(initial=0))
@@ -244,29 +283,38 @@ def solve_timetable(
         cols = _fitting(cols, free)
     penalty = penalties(tasks)
     # The placements may spend a quarter of the time limit each; HiGHS the rest.
-    incumbent = initial(cols, tasks, free, budget_s=time_limit_s / 4)
+    progress(PHASES[2])
+    incumbent = initial(cols, tasks, free, budget_s=max(0.0, min(time_limit_s / 4, left())))
     objective = _objective(incumbent, cols, penalty)
     # Every task on its cheapest option and none missed: nothing is cheaper.
     floor = float(sum(t.options.cost_usd[-1] for t in tasks if len(t.options)))
     if not len(cols) or (objective <= floor * (1 + 1e-12) and (incumbent >= 0).all()):
         return _answer(incumbent, cols, penalty, objective, min(floor, objective), "not_run",
                        points, started)
+    nonzeros = int((cols.stop - cols.first).sum()) + len(cols) + len(tasks)
+    if nonzeros > MAX_MODEL_NONZEROS or nonzeros * BUILD_S_PER_NONZERO > left() / 2:
+        status = "optimal" if _gap(objective, floor) <= gap else "time_limit"
+        return _answer(incumbent, cols, penalty, objective, min(floor, objective), status,
+                       points, started)
     # HiGHS 1.16 shares state across `Highs` objects and Pyomo's compiler is not thread-safe:
     # the build, the LP and branch and bound hold the lock every HiGHS solve holds.
     with highs_lock:
+        progress(PHASES[3])
         highs = _Highs(cols, tasks, penalty, np.maximum(free, 0.0))
-        status, bound, relaxed = highs.relaxation(started + time_limit_s - time.perf_counter())
+        progress(PHASES[4])
+        status, bound, relaxed = highs.relaxation(left())
         bound = max(bound, floor)
         if relaxed is not None:
-            guided = initial(cols, tasks, free, preference=relaxed, budget_s=time_limit_s / 4)
+            guided = initial(cols, tasks, free, preference=relaxed,
+                             budget_s=max(0.0, min(time_limit_s / 4, left())))
             if _objective(guided, cols, penalty) < objective:
                 incumbent, objective = guided, _objective(guided, cols, penalty)
-        left = time_limit_s - (time.perf_counter() - started)
-        if status != "optimal" or _gap(objective, bound) <= gap or left <= 0:
+        if status != "optimal" or _gap(objective, bound) <= gap or left() <= 0:
             proven = status != "optimal" or _gap(objective, bound) <= gap
             return _answer(incumbent, cols, penalty, objective, min(bound, objective),
                            status if proven else "time_limit", points, started)
-        status, found, mip_bound, chosen = highs.branch_and_bound(incumbent, left, gap)
+        progress(PHASES[5])
+        status, found, mip_bound, chosen = highs.branch_and_bound(incumbent, left(), gap)
         bound = max(bound, mip_bound)
         if chosen is not None and found < objective:
             incumbent, objective = chosen, found

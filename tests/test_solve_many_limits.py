@@ -1,5 +1,7 @@
-"""A start grid too fine to build is refused up front, naming the slot that fits
-(`--slot-s 1e-6` took 13.9 GB, `0.01` ended in numpy's `_ArrayMemoryError`)."""
+"""solve_many within bounds: a start grid too fine to build is refused up front, naming the
+slot that fits (`--slot-s 1e-6` took 13.9 GB, `0.01` ended in numpy's `_ArrayMemoryError`),
+and the time limit covers the whole call (10,000 jobs took 223 s against a 10 s limit: the
+Pyomo model alone takes longer than that to build)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import tracemalloc
 
 import pytest
 
-from lambdadnn import InstanceError, Submission, solve_many
+from lambdadnn import InstanceError, Submission, solve, solve_many
 from lambdadnn.simulator.trace import generate_trace
-from lambdadnn.solver.many import _check_grid, _column_bound, _submissions
+from lambdadnn.solver import timetable
+from lambdadnn.solver.many import MAX_COLUMN_BOUND, _check_grid, _column_bound, _submissions
 
 
 def _trace(count: int, seed: int = 0) -> list[Submission]:
@@ -38,7 +41,8 @@ def test_the_slot_named_is_one_that_is_taken() -> None:
         solve_many(jobs, concurrency=200, slot_s=0.01)
     named = float(re.findall(r"slot_s ≥ ([0-9.]+)", str(refused.value))[0])
     deadlines = [job.deadline_s or 0.0 for job in jobs]
-    assert _column_bound(deadlines, named) <= 1_300_000 < _column_bound(deadlines, named * 0.99)
+    bound = _column_bound
+    assert bound(deadlines, named) <= MAX_COLUMN_BOUND < bound(deadlines, named * 0.99)
     _check_grid(_submissions(jobs), named)  # the named slot passes the check that refused
 
 
@@ -49,3 +53,56 @@ def test_the_bound_is_at_least_the_columns_built(seed: int, slot: float) -> None
     jobs = _trace(25, seed)
     schedule = solve_many(jobs, concurrency=60, slot_s=slot, time_limit_s=5)
     assert schedule.columns <= _column_bound([job.deadline_s or 0.0 for job in jobs], slot)
+
+
+def test_ten_thousand_jobs_fit_the_default_grid() -> None:
+    """The issue's 10,000 jobs of the paper's mix are scheduled at the default 60 s slot, not
+    refused (the grid's arrays are small; only the Pyomo model is not, and it is bounded
+    apart)."""
+    _check_grid(_submissions(_trace(10_000)), 60.0)
+
+
+class _NotBuilt:
+    def __init__(self, *args: object) -> None:
+        raise AssertionError("the Pyomo model was built")
+
+
+def _tight() -> list[Submission]:
+    """100 jobs on a pool of 100: the greedy schedule is not provably optimal at once."""
+    return [Submission(job.instance, submit_s=job.submit_time_s, deadline_s=job.deadline_s)
+            for job in generate_trace(100, seed=0, rate_per_s=0.02)]
+
+
+def test_a_time_limit_used_up_keeps_the_greedy_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no time left after the fronts and the greedy schedule, no model is built (the old
+    code built it and ran HiGHS whatever the time): the greedy schedule is the answer, its
+    bound the cost floor, and the status says the time limit came first."""
+    monkeypatch.setattr(timetable, "_Highs", _NotBuilt)
+    schedule = solve_many(_tight(), concurrency=100, time_limit_s=1e-9, gap=1e-6)
+    assert schedule.solver_status == "time_limit"
+    assert schedule.status in ("feasible", "infeasible")
+    # The floor from `solve()` alone: each job's cheapest plan meeting its own deadline.
+    floor = sum(solve(job.instance, deadline_s=job.deadline_s).cost_usd for job in _tight())
+    assert schedule.lower_bound_usd == pytest.approx(floor, rel=1e-9)
+    assert schedule.lower_bound_usd <= schedule.objective_usd
+    assert schedule.peak_functions <= 100
+
+
+def test_a_model_too_large_is_not_built_whatever_the_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(timetable, "_Highs", _NotBuilt)
+    monkeypatch.setattr(timetable, "MAX_MODEL_NONZEROS", 10)
+    schedule = solve_many(_tight(), concurrency=100, time_limit_s=600, gap=1e-6)
+    assert schedule.solver_status == "time_limit" and schedule.peak_functions <= 100
+
+
+def test_the_phases_are_reported_in_order() -> None:
+    seen: list[str] = []
+    solve_many(_tight(), concurrency=100, time_limit_s=30, gap=0.5, progress=seen.append)
+    assert seen[0] == "fronts" and seen[-1] == "re-check"
+    assert "model" in seen and "relaxation" in seen
+    assert seen == sorted(seen, key=timetable.PHASES.index)
+    assert len(set(seen)) == len(seen)
