@@ -31,7 +31,9 @@ Defaults. `window_s` = 30 s: a job arriving at a busy scheduler loses at most 5%
 shortest shipped deadline (600 s) waiting for its plan; 15 s saved 0.6% of the cost on a
 saturated pool (benchmarks/batch.py) for twice the solves. `slot_s` = 30 s: the MILP counts a
 run as holding its functions up to the check point before its finish, up to a slot more than
-it runs (5% of a 600-s run); 15 s cost the same there, at 2.5 times the solve time.
+it runs (5% of a 600-s run); 15 s cost the same there, at 2.5 times the solve time. An
+epoch whose deadlines are so long that its grid would not fit (Philly's, days long) plans on
+the least coarser slot that fits (`solver.many.fitting_slot`).
 `time_limit_s` = 2 s and a gap of `BATCH_GAP` (1%) bound each epoch's solve: at 0.1%, half
 the epochs of a saturated pool ran to the limit. An epoch whose solve stops at the limit
 depends on the machine's speed, so outcomes are deterministic for a seed only when every
@@ -67,7 +69,7 @@ from lambdadnn.solver.instance import (
     positive_integer,
     positive_number,
 )
-from lambdadnn.solver.many import solve_many
+from lambdadnn.solver.many import fitting_slot, solve_many
 from lambdadnn.solver.pipeline import evaluate
 from lambdadnn.solver.schedule import Schedule, Submission
 
@@ -119,8 +121,10 @@ def _plan(
             job.instance, submit_s=t, deadline_s=left if left > LATE_BUDGET_S else LATE_BUDGET_S,
             name=str(index),
         ))
+    deadlines = [submission.deadline_s or 0.0 for submission in submissions]
     return solve_many(
-        submissions, concurrency=pool_size, slot_s=slot_s, time_limit_s=time_limit_s,
+        submissions, concurrency=pool_size, slot_s=fitting_slot(deadlines, max(deadlines), slot_s),
+        time_limit_s=time_limit_s,
         gap=BATCH_GAP, guarantee=guarantee, noise=noise, reserved=reserved,
     )
 

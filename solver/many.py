@@ -241,30 +241,39 @@ def _column_bound(deadlines: list[float], slot: float) -> float:
     return math.fsum((deadline / slot + 1.0) ** 2 for deadline in deadlines)
 
 
+def fitting_slot(deadlines: Sequence[float], horizon_s: float, slot_s: float) -> float:
+    """`slot_s`, or when jobs of these deadlines over `horizon_s` make a grid too fine at it,
+    the least slot above it (rounded up to 3 significant digits) whose grid fits: a caller
+    with days-long deadlines (Philly's) coarsens its grid rather than be refused."""
+    if not deadlines or (_column_bound(list(deadlines), slot_s) <= MAX_COLUMN_BOUND
+                         and horizon_s / slot_s <= MAX_CHECK_POINTS):
+        return slot_s
+    low, high = slot_s, max(deadlines) * 1e3
+    for _ in range(100):  # the bound falls as the slot grows
+        middle = math.sqrt(low * high)
+        if _column_bound(list(deadlines), middle) <= MAX_COLUMN_BOUND:
+            high = middle
+        else:
+            low = middle
+    return float(_round_up(max(high, horizon_s / MAX_CHECK_POINTS)))
+
+
 def _check_grid(submitted: list[_Job], slot: float) -> None:
     """Refuse, from the submissions alone and before anything is built, a grid too fine to fit
-    in memory and time, naming the slot size that fits (found by bisection: the bound falls
-    as the slot grows)."""
+    in memory and time, naming the slot size that fits."""
     if not submitted:
         return
     deadlines = [job.deadline_s for job in submitted]
     horizon_s = (max(job.submit_s + job.deadline_s for job in submitted)
                  - min(job.submit_s for job in submitted))
-    bound = _column_bound(deadlines, slot)
-    if bound <= MAX_COLUMN_BOUND and horizon_s / slot <= MAX_CHECK_POINTS:
+    fits = fitting_slot(deadlines, horizon_s, slot)
+    if fits == slot:
         return
-    low, high = slot, max(deadlines) * 1e3
-    for _ in range(100):
-        middle = math.sqrt(low * high)
-        if _column_bound(deadlines, middle) <= MAX_COLUMN_BOUND:
-            high = middle
-        else:
-            low = middle
-    fits = max(high, horizon_s / MAX_CHECK_POINTS)
     raise InstanceError(
         f"`slot_s` {brief(slot)} makes a grid too fine for {len(submitted):,} jobs: up to "
-        f"{bound:.3g} columns and {horizon_s / slot:.3g} check points, against at most "
-        f"{MAX_COLUMN_BOUND:,} and {MAX_CHECK_POINTS:,}: use slot_s ≥ {_round_up(fits)}"
+        f"{_column_bound(deadlines, slot):.3g} columns and {horizon_s / slot:.3g} check "
+        f"points, against at most {MAX_COLUMN_BOUND:,} and {MAX_CHECK_POINTS:,}: use "
+        f"slot_s ≥ {fits:.6g}"
     )
 
 

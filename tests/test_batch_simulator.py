@@ -142,3 +142,14 @@ def test_bad_arguments_are_one_line_errors(field: str, value: object) -> None:
     arguments: dict[str, object] = {"pool_size": 10, "seed": 0, field: value}
     with pytest.raises(InstanceError, match=f"`{field}`"):
         run_batch(_tight_trace(), noise=NOISE, **arguments)  # type: ignore[arg-type]
+
+
+def test_days_long_deadlines_coarsen_the_grid_instead_of_failing() -> None:
+    """Philly's deadlines run to days: at the batch's 30 s slot their grid is refused by
+    solve_many (every `compare --trace` of a Philly trace failed so); the batch plans on the
+    least slot that fits and meets them."""
+    loader = Loader(None)
+    jobs = [loader.job(at, name, loader.instance(name).workload.epochs, 290_000.0)
+            for at, name in ((0.0, "mobilenet-cifar10"), (5.0, "1dcnn-imdb"))]
+    comparison = compare(jobs, ["lambdadnn-batch"], seed=0, noise=NOISE, pool_size=1000)
+    assert all(o.met_deadline for o in comparison.outcomes["lambdadnn-batch"])

@@ -13,7 +13,13 @@ import pytest
 from lambdadnn import InstanceError, Submission, solve, solve_many
 from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.solver import timetable
-from lambdadnn.solver.many import MAX_COLUMN_BOUND, _check_grid, _column_bound, _submissions
+from lambdadnn.solver.many import (
+    MAX_COLUMN_BOUND,
+    _check_grid,
+    _column_bound,
+    _submissions,
+    fitting_slot,
+)
 
 
 def _trace(count: int, seed: int = 0) -> list[Submission]:
@@ -106,3 +112,19 @@ def test_the_phases_are_reported_in_order() -> None:
     assert "model" in seen and "relaxation" in seen
     assert seen == sorted(seen, key=timetable.PHASES.index)
     assert len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize("slot", [0.5, 30.0, 60.0])
+def test_the_fitting_slot_is_the_least_that_fits(slot: float) -> None:
+    """`fitting_slot` keeps a slot that fits and otherwise names one that passes the check
+    that refused, just above the bound's limit."""
+    jobs = _submissions(_trace(40)) + _submissions([Submission("1dcnn-imdb",
+                                                               deadline_s=290_000.0)])
+    deadlines = [job.deadline_s for job in jobs]
+    horizon = max(j.submit_s + j.deadline_s for j in jobs) - min(j.submit_s for j in jobs)
+    fits = fitting_slot(deadlines, horizon, slot)
+    assert fits > slot
+    _check_grid(jobs, fits)
+    with pytest.raises(InstanceError):
+        _check_grid(jobs, fits * 0.99)
+    assert fitting_slot(deadlines, horizon, fits) == fits
