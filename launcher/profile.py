@@ -7,23 +7,29 @@ limit (the overhead between rounds); every trial's start-up feeds the start-up f
 trials run through the launcher exactly as a plan does, so the fitted instance predicts what
 a launch measures.
 The trials are sized to fit the budget; trials that would overrun it are left out, and the
-fit says what the rest could not identify.
+fit says what the rest could not identify. The instance's file is checked before the first
+trial (`check_out`) and written whole or not at all (`write_out`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform as machine_platform
 import re
+import secrets
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.fit import FittedModel, Trial, fit_trials
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, default_margin, limit_for
+from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import (
     MAX_RATE,
     MB_PER_VCPU,
@@ -33,8 +39,8 @@ from lambdadnn.solver.instance import (
 )
 from lambdadnn.solver.prediction import predict_run
 
-__all__ = ["Capacity", "Runner", "TrialPlan", "design", "instance_name", "profile_workload",
-           "workload_sizes"]
+__all__ = ["Capacity", "Runner", "TrialPlan", "check_out", "design", "instance_name",
+           "profile_workload", "workload_sizes", "write_out"]
 
 # The invocation limit of the trials and of the profiled platform (run_local's default: Lambda's).
 INVOCATION_S = 900.0
@@ -47,6 +53,8 @@ _RESTART_ROUNDS = 3  # rounds of the restart trial: two gaps to measure
 # iteration over a minute): a trial must average over several windows.
 _MAX_TRAIN_S = 12.0
 _ESSENTIAL = 4  # designed trials that always run: with the pilot, 5 at 3 memories and 2 n
+_KINDS = {stat.S_IFDIR: "folder", stat.S_IFCHR: "device", stat.S_IFBLK: "device",
+          stat.S_IFIFO: "named pipe", stat.S_IFSOCK: "socket"}
 
 # Runs one trial (a spec, at an invocation limit) and reports what the launch measured.
 Runner = Callable[[LaunchSpec, float], LaunchReport]
@@ -363,3 +371,63 @@ def _cost(reports: list[LaunchReport], capacity: Capacity) -> float:
     return round(sum(
         r.wall_time_s * r.functions * r.memory_mb / 1024 * capacity.price_per_gb_second
         + r.invocations * capacity.price_per_request for r in reports), 6)
+
+
+def _temporary(target: Path) -> Path:
+    """A fresh name next to `target`, where the instance is written before it is renamed."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+
+
+def check_out(out: Path) -> None:
+    """Refuse `--out` before any trial runs: a path (through any symlink) that exists and is not
+    a regular file (a folder, /dev/full, a pipe: root's rename would even replace a device),
+    or whose folder is missing or takes no new file (tried: as root, permission bits say
+    nothing of /proc or a read-only mount)."""
+    target = Path(os.path.realpath(out))
+    named = f"`--out` {brief(str(out), 120)}"
+    try:
+        mode: int | None = target.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet, or no folder
+        mode = None
+    except OSError as error:  # a symlink loop, a folder that cannot be searched
+        raise LaunchError(f"{named} cannot be checked ({error.strerror or error}): give "
+                          "another path") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise LaunchError(f"{named} is a {_KINDS.get(stat.S_IFMT(mode), 'special file')}, not "
+                          "a regular file: give the path of a file to write (a file already "
+                          "there is replaced)")
+    if not target.parent.is_dir():
+        raise LaunchError(f"{named}: {brief(str(target.parent), 120)} is not an existing "
+                          "folder: create it, or give a path in an existing folder")
+    probe = _temporary(target)
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as error:
+        raise LaunchError(f"{named}: cannot create a file in {brief(str(target.parent), 120)} "
+                          f"({error.strerror or error}): give a path in a folder you can "
+                          "write to") from None
+
+
+def write_out(out: Path, text: str) -> None:
+    """Write `text` to `out` whole or not at all: into a new file in the same folder, synced to
+    disk, then renamed over `out` (through any symlink, onto its target). On a failure (a full
+    disk, an I/O error) or Ctrl-C the new file is removed and a file already at `out` is left
+    as it was."""
+    target = Path(os.path.realpath(out))
+    temporary = _temporary(target)
+    try:
+        with temporary.open("x", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        if not isinstance(error, OSError):
+            raise
+        raise LaunchError(
+            f"cannot write `--out` {brief(str(out), 120)} ({error.strerror or error}): nothing "
+            "was written and a file already there is left as it was; free some space or give "
+            "another path") from None

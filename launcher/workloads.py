@@ -6,20 +6,25 @@ YAML) may name a shipped workload only, so receiving one never runs its sender's
 (`resolve_workload`). The factory takes the launch's seed (every rank calls it with the same
 one, so every rank builds the same initial model and the same train/test split) and returns a
 `Workload`: the model, the train and test data, the loss and the SGD settings. Sharding,
-batching, the channel and checkpoints stay the launcher's.
+batching, the channel and checkpoints stay the launcher's. Whatever the user's code raises
+(`sys.exit()` included; Ctrl-C excepted) is one line naming the workload, and the launching
+process's check can be given a time limit (`load_workload`).
 
 This module imports no torch at module level: the AWS launcher resolves a workload without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import numbers
 import os
 import shlex
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -41,6 +46,10 @@ SHIPPED: dict[str, str] = {
     "digits-mlp": "lambdadnn.launcher.workloads:digits_mlp",
 }
 _TEST_FRACTION = 0.25
+# What the user's code may raise and be refused for in one line: an error, or an exit
+# (`sys.exit()`). Ctrl-C, the time limit's `_Expired` and other control flow (asyncio's
+# CancelledError, GeneratorExit) propagate.
+_RAISED = (Exception, SystemExit)
 _FIX = (f"give one of {', '.join(SHIPPED)} or `package.module:factory` (a function of the seed "
         "returning a `lambdadnn.launcher.workloads.Workload`)")
 
@@ -112,8 +121,55 @@ def digits_mlp(seed: int) -> Workload:
     return Workload(model, train, test, nn.functional.cross_entropy, lr=0.05)
 
 
+class _Expired(BaseException):
+    """Raised into the user's code when its time is up: not an `Exception`, so that the code's
+    own `except Exception` does not swallow it."""
+
+
 def _refuse(reference: str, problem: str) -> NoReturn:
     raise LaunchError(f"`--workload` {brief(reference, 80)}: {problem}; {_FIX}")
+
+
+def _raised(error: BaseException) -> str:
+    """What the user's code raised, for one line: `SystemExit(7)`, `ValueError: message`."""
+    if isinstance(error, SystemExit):
+        return f"SystemExit({brief(error.code, 40)})"
+    text = brief(str(error), 80)[1:-1]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _deadline(reference: str, seconds: float | None) -> Iterator[None]:
+    """Refuse `reference` if the code inside is still running after `seconds` (None: no limit).
+
+    SIGALRM raises `_Expired` in the main thread, which interrupts Python code and the waits
+    Python makes (sleeping, sockets, locks, a child process it waits for) but not native code
+    that never returns to the interpreter, nor code that catches BaseException. Elsewhere than
+    the main thread, without SIGALRM (Windows), or while another timer is set, there is no
+    limit (a thread cannot be stopped; a child process would build the model twice).
+    """
+    if (seconds is None or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        yield
+        return
+
+    def expire(_signum: int, _frame: object) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            yield
+        finally:  # disarmed first: an alarm due meanwhile still lands in the `except` below
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Expired:
+        _refuse(reference, f"its import, factory and model check did not finish within "
+                           f"{seconds:g} s: make them return sooner, or allow more with "
+                           "`--factory-timeout-s`")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _split(reference: str) -> tuple[str, str]:
@@ -132,9 +188,8 @@ def _factory(reference: str) -> Callable[[int], object]:
     module_name, attribute = _split(reference)
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # a missing module, or one that fails while importing
-        _refuse(reference, f"cannot import module {module_name!r} "
-                           f"({type(error).__name__}: {brief(str(error), 80)[1:-1]})")
+    except _RAISED as error:  # a missing module, or one that fails (or exits) while importing
+        _refuse(reference, f"cannot import module {module_name!r} ({_raised(error)})")
     factory = getattr(module, attribute, None)
     if factory is None:
         _refuse(reference, f"module {module_name!r} has no attribute {attribute!r}")
@@ -177,52 +232,58 @@ def sample(data: Data, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return x, y
 
 
-def load_workload(reference: str, seed: int) -> Workload:
+def load_workload(reference: str, seed: int, *, timeout_s: float | None = None) -> Workload:
     """Import the factory, call it with `seed` and check what it returns, or one line why not.
 
     The check runs the model and loss on two training samples, so a model that does not fit
-    its data fails here, in the launching process, not in every worker.
+    its data fails here, in the launching process, not in every worker. With `timeout_s`,
+    the import, the call and the check are refused when not done by then (`_deadline`).
     """
     import torch
 
-    try:
-        workload = _factory(reference)(seed)
-    except LaunchError:
-        raise
-    except Exception as error:
-        _refuse(reference, f"its factory raised {type(error).__name__}: "
-                           f"{brief(str(error), 80)[1:-1]}")
-    if not isinstance(workload, Workload):
-        _refuse(reference, f"its factory returned a {type(workload).__name__}, not a Workload")
-    if not isinstance(workload.model, torch.nn.Module) or not any(
-            p.requires_grad for p in workload.model.parameters()):
-        _refuse(reference, "its `model` is not a torch.nn.Module with trainable parameters")
-    train = _size(reference, workload.train, "train")
-    _size(reference, workload.test, "test")
-    for key, value, high in (("lr", workload.lr, math.inf), ("momentum", workload.momentum, 1)):
-        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                or not (0 <= float(value) < high) or (key == "lr" and value <= 0)):
-            _refuse(reference, f"its `{key}` must be a number in "
-                               f"{'(0, ∞)' if key == 'lr' else '[0, 1)'}, got {brief(value)}")
-    try:
-        inputs, labels = sample(workload.train, torch.arange(min(2, train)))
-        loss = workload.loss(workload.model(inputs), labels)
-    except Exception as error:
-        _refuse(reference, f"its model and loss fail on two training samples "
-                           f"({type(error).__name__}: {brief(str(error), 80)[1:-1]})")
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        _refuse(reference, "its `loss` does not return a scalar tensor (the batch's mean loss)")
+    with _deadline(reference, timeout_s):
+        try:
+            workload = _factory(reference)(seed)
+        except LaunchError:
+            raise
+        except _RAISED as error:
+            _refuse(reference, f"its factory raised {_raised(error)}")
+        if not isinstance(workload, Workload):
+            _refuse(reference,
+                    f"its factory returned a {type(workload).__name__}, not a Workload")
+        if not isinstance(workload.model, torch.nn.Module) or not any(
+                p.requires_grad for p in workload.model.parameters()):
+            _refuse(reference, "its `model` is not a torch.nn.Module with trainable parameters")
+        train = _size(reference, workload.train, "train")
+        _size(reference, workload.test, "test")
+        for key, value, high in (("lr", workload.lr, math.inf),
+                                 ("momentum", workload.momentum, 1)):
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not (0 <= float(value) < high) or (key == "lr" and value <= 0)):
+                _refuse(reference, f"its `{key}` must be a number in "
+                                   f"{'(0, ∞)' if key == 'lr' else '[0, 1)'}, "
+                                   f"got {brief(value)}")
+        try:
+            inputs, labels = sample(workload.train, torch.arange(min(2, train)))
+            loss = workload.loss(workload.model(inputs), labels)
+        except _RAISED as error:
+            _refuse(reference,
+                    f"its model and loss fail on two training samples ({_raised(error)})")
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            _refuse(reference,
+                    "its `loss` does not return a scalar tensor (the batch's mean loss)")
     return workload
 
 
-def check_workload(reference: str, seed: int) -> None:
+def check_workload(reference: str, seed: int, *, timeout_s: float | None = None) -> None:
     """Refuse a bad `--workload` in the launching process, before anything starts.
 
-    With torch here, the factory is called once and its result checked (`load_workload`);
-    without (an AWS launch from a light client), the factory's module must at least exist.
+    With torch here, the factory is called once and its result checked (`load_workload`,
+    within `timeout_s`); without (an AWS launch from a light client), the factory's module
+    must at least exist.
     """
     if find_spec("torch") is not None:
-        load_workload(reference, seed)
+        load_workload(reference, seed, timeout_s=timeout_s)
         return
     module, _attribute = _split(reference)
     try:
