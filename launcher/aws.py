@@ -3,10 +3,14 @@
 A plan runs on Lambda as `n` copies of one function (`MemorySize = m`, `Timeout = 900`),
 invoked asynchronously with ranks 0..n-1; the workers talk to each other only through the
 Redis parameter channel (`launcher/channel.py`), whose URL the function finds in its
-environment. The function is deployed from a zip of the installed `lambdadnn` package's code (heavy
-dependencies — torch, scikit-learn, redis — come from a Lambda layer) or from a container
-image holding everything. Its architecture is the plan's (`LaunchSpec.architecture`): a plan
-priced for `aws-lambda-arm64` runs on Graviton.
+environment. The function runs the container image holding the worker and its dependencies
+(`launcher/image.py`): the worker imports torch, which no zip and its layers can hold
+(`NEEDS_IMAGE`), so `lambdadnn launch` runs no zip. The zip of the package's code
+(`package_worker`, with `layers`) stays the library's default for a target without an image,
+which the tests deploy to a moto server, where nothing runs. Its architecture is the plan's
+(`LaunchSpec.architecture`): a plan priced for `aws-lambda-arm64` runs on Graviton. With
+`subnet_ids` and `security_group_ids` it runs in a VPC (`VpcConfig`), next to the Redis that
+`deploy/stack.yaml` starts (`launcher/stack.py`).
 
 The boto3 client is always passed in, never built at import time, so that tests can point it
 at a moto server, and `--dry-run` can hand over a `DryRunClient` that records every call
@@ -21,6 +25,7 @@ import json
 import math
 import numbers
 import random
+import re
 import time
 import uuid
 import zipfile
@@ -40,10 +45,10 @@ from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import ARCHITECTURES, platform_path, read_yaml
 
 __all__ = [
-    "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "POLICY_ACTIONS", "REDIS_URL_ENV", "RUNTIME",
-    "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call", "DryRunClient", "Followed",
-    "dry_run", "lambda_client", "package_worker", "profile_capacity", "profile_runner",
-    "required_policy", "run_aws", "run_aws_job",
+    "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "NEEDS_IMAGE", "NO_CREDENTIALS", "POLICY_ACTIONS",
+    "REDIS_URL_ENV", "RUNTIME", "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call",
+    "DryRunClient", "Followed", "aws_client", "dry_run", "lambda_client", "package_worker",
+    "profile_capacity", "profile_runner", "required_policy", "run_aws", "run_aws_job",
 ]
 
 HANDLER = "lambdadnn.launcher.worker.handler"
@@ -56,6 +61,14 @@ ASYNC_PAYLOAD_LIMIT_BYTES = 1_048_576  # Lambda's limit for one asynchronous inv
 # The worker imports `lambdadnn.launcher`, which imports the error root in `models` (and its
 # spec module the solver's input helpers): all pure Python, shipped together (about 200 kB).
 WORKER_PACKAGES = ("launcher", "models", "solver")
+# Why the worker runs from an image: CPU-only torch alone is larger than a zip may be.
+NEEDS_IMAGE = ("the worker imports torch, which is larger than Lambda's 250 MB limit on a zip "
+               "deployment and its layers")
+# Lambda's VpcConfig: at most 16 subnets and 5 security groups, by ID (8 or 17 hex digits).
+_VPC_IDS: dict[str, tuple[str, str, int]] = {
+    "subnet_ids": ("--subnet-ids", "subnet", 16),
+    "security_group_ids": ("--security-group-ids", "sg", 5),
+}
 
 # Error codes that mean "try again later": throttling and Lambda's own transient faults.
 RETRYABLE_CODES = frozenset({
@@ -91,6 +104,8 @@ _FIXES: dict[str, str] = {
     "CodeStorageExceededException": "delete old function versions or ship the code as an image",
     "ResourceNotFoundException": "check the function name and region",
 }
+NO_CREDENTIALS = ("needs AWS credentials and found none: set AWS_ACCESS_KEY_ID and "
+                  "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run `aws configure`")
 _RETRY_FIX = ("raise the account's Lambda concurrency quota (Service Quotas) or run the plan "
               "with fewer functions")
 
@@ -114,7 +129,8 @@ class AwsTarget:
     `layers` (ARNs) carry the heavy dependencies of a zip deployment; `image_uri` (an ECR
     image holding code and dependencies) replaces both the zip and the layers, since Lambda
     accepts no layers on image functions. An image's ECR repository must let Lambda pull it
-    (its repository policy); that is not the launcher's policy.
+    (its repository policy); that is not the launcher's policy. `subnet_ids` and
+    `security_group_ids`, both or neither, put the function in a VPC (its `VpcConfig`).
     """
 
     function_name: str
@@ -122,6 +138,8 @@ class AwsTarget:
     layers: tuple[str, ...] = ()
     image_uri: str | None = None
     region: str = "us-east-1"
+    subnet_ids: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.function_name:
@@ -135,6 +153,25 @@ class AwsTarget:
             raise AwsLaunchError(
                 "an image function takes no layers: put the dependencies in the image, or "
                 "drop image_uri and deploy the zip with the layers"
+            )
+        for name, (option, prefix, most) in _VPC_IDS.items():
+            ids: tuple[str, ...] = getattr(self, name)
+            for bad in ids:
+                if not re.fullmatch(rf"{prefix}-(?:[0-9a-f]{{8}}|[0-9a-f]{{17}})", bad, re.ASCII):
+                    raise AwsLaunchError(
+                        f"`{option}` holds {brief(bad)}, which is no ID like "
+                        f"{prefix}-0123456789abcdef0: give the IDs comma-separated, as the "
+                        "stack's outputs list them"
+                    )
+            if len(ids) > most:
+                raise AwsLaunchError(f"`{option}` holds {len(ids)} IDs; a Lambda function "
+                                     f"takes at most {most}: give fewer")
+        if bool(self.subnet_ids) != bool(self.security_group_ids):
+            given, missing = (("--subnet-ids", "--security-group-ids") if self.subnet_ids
+                              else ("--security-group-ids", "--subnet-ids"))
+            raise AwsLaunchError(
+                f"`{given}` without `{missing}`: a function in a VPC needs both (the stack's "
+                "SubnetIds and SecurityGroupIds outputs), or give neither"
             )
 
     @property
@@ -216,7 +253,14 @@ def _error_code(exc: BaseException) -> str | None:
 
 
 def lambda_client(region: str, *, endpoint_url: str | None = None, **client_kwargs: Any) -> Any:
-    """A boto3 Lambda client; boto3 is imported here so the rest of lambdadnn never needs it.
+    """A boto3 Lambda client (`aws_client`)."""
+    return aws_client("lambda", region, endpoint_url=endpoint_url, **client_kwargs)
+
+
+def aws_client(
+    service: str, region: str, *, endpoint_url: str | None = None, **client_kwargs: Any
+) -> Any:
+    """A boto3 client; boto3 is imported here so the rest of lambdadnn never needs it.
 
     botocore's standard retry mode absorbs brief network faults and throttles; a throttle
     that outlasts it reaches the launcher's own backoff (bounded, with an injectable sleep).
@@ -229,7 +273,7 @@ def lambda_client(region: str, *, endpoint_url: str | None = None, **client_kwar
             "the AWS backend needs boto3: `pip install boto3` in lambdadnn's environment"
         ) from exc
     return boto3.client(
-        "lambda", region_name=region, endpoint_url=endpoint_url,
+        service, region_name=region, endpoint_url=endpoint_url,
         config=Config(retries={"mode": "standard"}), **client_kwargs,
     )
 
@@ -297,6 +341,14 @@ def required_policy(target: AwsTarget | None = None) -> dict[str, Any]:
             "Condition": {"StringEquals": {"iam:PassedToService": "lambda.amazonaws.com"}},
         },
     ]
+    if target is None or target.subnet_ids:
+        # Lambda checks a VpcConfig's subnets and groups with the caller's permissions.
+        statements.append({
+            "Sid": "LambdaDnnDescribeVpc",
+            "Effect": "Allow",
+            "Action": ["ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs"],
+            "Resource": "*",
+        })
     if target is None or target.layers:
         # Attaching a layer to a function requires reading that layer version.
         statements.append({
@@ -362,11 +414,7 @@ class AwsLauncher:
             except Exception as exc:
                 code = _error_code(exc)
                 if code is None and _missing_credentials(exc):
-                    raise AwsLaunchError(
-                        f"{operation} needs AWS credentials and found none: set "
-                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run "
-                        "`aws configure`"
-                    ) from None
+                    raise AwsLaunchError(f"{operation} {NO_CREDENTIALS}") from None
                 if code is None:
                     raise
                 attempt += 1
@@ -401,6 +449,9 @@ class AwsLauncher:
             config.update(Runtime=RUNTIME, Handler=HANDLER, Layers=list(self.target.layers))
         else:
             config["ImageConfig"] = {"Command": [HANDLER]}
+        if self.target.subnet_ids:
+            config["VpcConfig"] = {"SubnetIds": list(self.target.subnet_ids),
+                                   "SecurityGroupIds": list(self.target.security_group_ids)}
         return config
 
     def _code(self) -> dict[str, Any]:
@@ -873,8 +924,8 @@ def profile_runner(
     """
     if not image_uri:
         raise AwsLaunchError(
-            "`--image-uri` is needed to profile on Lambda: the worker needs torch, which fits "
-            "no zip layer; build and push the image that `lambdadnn image` describes"
+            f"`--image-uri` is needed to profile on Lambda: {NEEDS_IMAGE}; build and push the "
+            "image that `lambdadnn image` describes"
         )
     from lambdadnn.launcher.channel import redis_client
 

@@ -17,6 +17,7 @@ from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction
 from lambdadnn.launcher.timings import summarise
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lambdadnn-worker:latest"
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -50,8 +51,8 @@ def test_local_launch_reports_in_json(plan_file: Path, redis_url: str) -> None:
 
 def test_aws_dry_run_lists_every_call_without_making_one(plan_file: Path) -> None:
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
-                         "--dry-run")
-    assert code == 0, err
+                         "--image-uri", IMAGE, "--dry-run")
+    assert code == 0 and err == "", err
     calls = json.loads(out)
     operations = [call["operation"] for call in calls]
     assert operations[0] == "CreateFunction" and operations[-1] == "DeleteFunction"
@@ -59,11 +60,24 @@ def test_aws_dry_run_lists_every_call_without_making_one(plan_file: Path) -> Non
     create = calls[0]["params"]
     assert create["MemorySize"] == json.loads(plan_file.read_text())["memory_mb"]
     assert create["Timeout"] == 900
+    assert create["Code"] == {"ImageUri": IMAGE} and create["PackageType"] == "Image"
+    assert "VpcConfig" not in create  # no --subnet-ids: outside any VPC
     ranks = sorted(json.loads(c["params"]["Payload"])["rank"] for c in calls
                    if c["operation"] == "Invoke")
     assert ranks == [0, 1]
     assert {json.loads(c["params"]["Payload"])["workload"] for c in calls
             if c["operation"] == "Invoke"} == {"digits-cnn"}
+
+
+def test_aws_dry_run_of_a_zip_says_launch_refuses_it(plan_file: Path) -> None:
+    """The worker imports torch, which no zip holds: the dry run lists the zip's calls and
+    says, in one warning line, that a launch refuses them."""
+    code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
+                         "--dry-run")
+    assert code == 0 and json.loads(out)[0]["params"]["PackageType"] == "Zip"
+    (line,) = err.splitlines()
+    assert line.startswith("warning: these are the calls of a zip deployment, which `launch` "
+                           "refuses: the worker imports torch"), err
 
 
 def test_print_policy_names_the_actions() -> None:
@@ -94,10 +108,12 @@ def test_aws_backend_is_wired_to_the_channel(
 
     monkeypatch.setattr(lambdadnn.launcher.aws, "run_aws", fake_run_aws)
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
-                         "--redis-url", redis_url, "--endpoint-url", "http://127.0.0.1:9",
-                         "--workload", "digits-mlp", "--json")
+                         "--image-uri", IMAGE, "--redis-url", redis_url,
+                         "--endpoint-url", "http://127.0.0.1:9", "--workload", "digits-mlp",
+                         "--json")
     assert code == 0, err
     assert seen["redis_url"] == redis_url and seen["target"].role_arn == ROLE
+    assert seen["target"].image_uri == IMAGE
     assert callable(seen["channel_result"]) and callable(seen["record_restart"])
     assert callable(seen["channel_timings"])
     assert seen["spec"].functions == 2 and seen["spec"].iterations == 120
@@ -109,7 +125,9 @@ def test_aws_backend_is_wired_to_the_channel(
     [
         (["launch"], "`SOURCE`"),
         (["launch", "{plan}", "--backend", "aws"], "`--role-arn`"),
-        (["launch", "{plan}", "--backend", "aws", "--role-arn", ROLE], "`--redis-url`"),
+        (["launch", "{plan}", "--backend", "aws", "--role-arn", ROLE], "`--image-uri`"),
+        (["launch", "{plan}", "--backend", "aws", "--role-arn", ROLE, "--image-uri", IMAGE],
+         "`--redis-url`"),
         (["launch", "{plan}", "--dry-run"], "`--dry-run`"),
         (["launch", "{bad}"], "`memory_mb`"),
         (["launch", "no/such/plan.json"], "does not exist"),
