@@ -62,8 +62,8 @@ def plot_path(path: Path) -> Path:
 
 
 def plot(plans: Sequence[Plan], path: Path) -> Path:
-    """Cost against deadline (feasible plans), annotated with n × m, saved as an image; the
-    path written (see `plot_path`) is returned."""
+    """Cost against deadline (feasible plans), each change of plan labelled n × m, saved as an
+    image; the path written (see `plot_path`) is returned."""
     path = plot_path(path)
     import matplotlib
 
@@ -76,17 +76,57 @@ def plot(plans: Sequence[Plan], path: Path) -> Path:
         [p.deadline_s for p in feasible], [p.cost_usd for p in feasible], where="post",
         marker="o", color="tab:blue", label="cheapest plan meeting the deadline",
     )
-    for plan in feasible:
-        axes.annotate(
-            f"{plan.functions}×{plan.memory_mb}", (plan.deadline_s, plan.cost_usd),
-            textcoords="offset points", xytext=(4, 6), fontsize=7,
-        )
     name = plans[0].instance if plans else ""
     title = f"{name}: cost of meeting a deadline"
     axes.set(xlabel="deadline (s)", ylabel="cost (USD)", title=title)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper right")
+    axes.margins(x=0.08, y=0.08)  # room for the labels of the first and last points
+    figure.tight_layout()  # the labels are placed in the final layout (`save_plot` keeps it)
+    _label_changes(axes, feasible)
     return save_plot(figure, path)
+
+
+# Where a label may sit, in order of preference: its nearest corner at (dx, dy) points from its
+# point, above (dy > 0) or below, right (dx > 0) or left; all so close to the point that no
+# label can be read as another point's.
+LABEL_OFFSETS = ((4, 5), (4, -5), (-4, 5), (-4, -5))
+MARKER_HALF_PT = 4.0  # half the side of the box kept clear around each point's marker
+
+
+def _label_changes(axes: Any, plans: Sequence[Plan]) -> None:
+    """Label the first point of each plan along the frontier (where the plan changes; repeating
+    the label at every deadline it holds for only crowds the figure). Each label takes the first
+    offset in `LABEL_OFFSETS` at which its rendered text stays inside the axes and clear of the
+    legend, every marker and every label placed before it; one with no room is left out (the
+    table and `--json` list every plan)."""
+    from matplotlib.transforms import Bbox
+
+    renderer = axes.figure.canvas.get_renderer()
+    axes.figure.draw(renderer)  # the final limits and layout, so extents are the image's
+    inside = axes.get_window_extent(renderer)
+    half = MARKER_HALF_PT * axes.figure.dpi / 72
+    points = [axes.transData.transform((p.deadline_s, p.cost_usd)) for p in plans]
+    taken = [axes.get_legend().get_window_extent(renderer)]
+    taken += [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in points]
+    previous = None
+    for plan in plans:
+        if (plan.functions, plan.memory_mb) == previous:
+            continue
+        previous = (plan.functions, plan.memory_mb)
+        for dx, dy in LABEL_OFFSETS:
+            label = axes.annotate(
+                f"{plan.functions}×{plan.memory_mb}", (plan.deadline_s, plan.cost_usd),
+                textcoords="offset points", xytext=(dx, dy), fontsize=7,
+                ha="left" if dx >= 0 else "right", va="bottom" if dy >= 0 else "top",
+            )
+            label.set_in_layout(False)  # the save's layout must not move the axes under it
+            box = label.get_window_extent(renderer)
+            if (inside.contains(box.x0, box.y0) and inside.contains(box.x1, box.y1)
+                    and not any(box.overlaps(other) for other in taken)):
+                taken.append(box)
+                break
+            label.remove()
 
 
 def save_plot(figure: Any, path: Path) -> Path:

@@ -22,6 +22,7 @@ import yaml
 
 import lambdadnn
 from lambdadnn.solver.pipeline import solve
+from tests.test_readme import Block, blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 HANG_GUARD_S = 300
@@ -116,6 +117,37 @@ def test_wheel_solves_a_users_instance_from_a_folder_with_decoys(
     shown = json.loads(_run([str(fresh_venv / "bin" / "lambdadnn"), "solve", "my-net.yaml",
                              "--json"], cwd=decoy_folder, env=env))
     assert (shown["functions"], shown["memory_mb"]) == (functions, memory_mb)
+
+
+def test_installed_package_takes_shipped_instances_by_name(
+    fresh_venv: Path, tmp_path: Path
+) -> None:
+    """A user who installed the wheel names a shipped instance, from a folder that has none."""
+    expected = solve(ROOT / "instances" / "mobilenet-cifar10.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    script = ("import json; from lambdadnn import Submission, load_instance, solve, solve_many; "
+              "i = load_instance('mobilenet-cifar10'); p = solve('mobilenet-cifar10'); "
+              "s = solve_many([Submission('resnet50-cifar10')], concurrency=1000); "
+              "print(json.dumps([i.name, p.functions, p.memory_mb, p.cost_usd, s.jobs[0].met]))")
+    name, functions, memory_mb, cost_usd, met = json.loads(
+        _run([str(fresh_venv / "bin" / "python"), "-c", script], cwd=tmp_path, env=env))
+    assert (name, functions, memory_mb, met) == (
+        "mobilenet-cifar10", expected.functions, expected.memory_mb, True)
+    assert cost_usd == pytest.approx(expected.cost_usd, rel=1e-12)
+    shown = json.loads(_run([str(fresh_venv / "bin" / "lambdadnn"), "solve", "mobilenet-cifar10",
+                             "--json"], cwd=tmp_path, env=env))
+    assert (shown["functions"], shown["memory_mb"]) == (functions, memory_mb)
+
+
+@pytest.mark.parametrize("block", [b for b in blocks() if b.language == "python"
+                                   and not b.body.startswith("# ")], ids=lambda b: b.name)
+def test_readmes_python_runs_for_an_installed_user(
+    fresh_venv: Path, tmp_path: Path, block: Block
+) -> None:
+    """The README's Python, run by the wheel's venv from an empty folder (no repository paths;
+    its `# file.py` blocks are files to write, run by tests/test_readme.py)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    _run([str(fresh_venv / "bin" / "python"), "-c", block.body], cwd=tmp_path, env=env)
 
 
 def test_installed_compare_finds_its_shipped_workloads(
