@@ -1,5 +1,5 @@
 """`lambdadnn`: a thin click shell over the library (solve, evaluate, validate, bounds, frontier,
-solve-many, the simulator's commands, launch, image, profile).
+solve-many, the simulator's commands, launch, deploy, image, profile).
 
 Exit codes (the same for every command; README.md, "Exit codes", has the table): 0 success,
 1 bad input (one line on stderr, never a traceback), 2 usage (click), 3 no plan meets the
@@ -9,12 +9,13 @@ N (`launch`, `profile`, `sweep`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -480,7 +481,8 @@ def _missed_message(schedule: Schedule) -> str:
 @click.option("--slot-s", type=float, metavar="S",
               help="Step of the start-time grid, s  [default: 60]")
 @click.option("--time-limit-s", type=float, metavar="T",
-              help="Stop HiGHS after this many seconds  [default: 10]")
+              help="Return within about this many seconds, the fronts and the greedy "
+                   "schedule included; HiGHS gets what is left  [default: 10]")
 @click.option("--gap", type=float, metavar="G",
               help="Stop HiGHS once the cost is proven within this relative gap  "
                    "[default: 0.001]")
@@ -500,6 +502,7 @@ def solve_many_command(
 
     JOBS is a trace CSV (submit_time_s,instance,epochs,deadline_s; the deadline counts from
     submission). Exit 3 when some job misses its deadline (the schedule is still printed).
+    The phases show on stderr as they start (a terminal only; not under --json or -q).
     """
     from lambdadnn.simulator.trace import read_trace
     from lambdadnn.solver import many
@@ -514,6 +517,7 @@ def solve_many_command(
         positive_number,
     )
     from lambdadnn.solver.schedule import Submission
+    from lambdadnn.solver.timetable import PHASES
 
     # Every option is checked before the trace is read, so a bad one costs nothing.
     limit = positive_integer("--concurrency", concurrency, MAX_CONCURRENCY)
@@ -528,12 +532,14 @@ def solve_many_command(
         raise InstanceError(
             f"trace {brief(str(jobs), 80)} holds no jobs; add one row per job below its header"
         )
-    schedule = many.solve_many(
-        [Submission(job.instance, submit_s=job.submit_time_s, deadline_s=job.deadline_s,
-                    name=job.instance_name) for job in trace],
-        concurrency=limit, slot_s=slot, time_limit_s=seconds, gap=tolerance,
-        guarantee=guarantee,
-    )
+    with _phase_bar("solve-many", PHASES,
+                    enabled=not as_json and sys.stderr.isatty()) as progress:
+        schedule = many.solve_many(
+            [Submission(job.instance, submit_s=job.submit_time_s, deadline_s=job.deadline_s,
+                        name=job.instance_name) for job in trace],
+            concurrency=limit, slot_s=slot, time_limit_s=seconds, gap=tolerance,
+            guarantee=guarantee, progress=progress,
+        )
     if target is not None:
         target = plot_schedule(schedule, target)
     if as_json:
@@ -543,6 +549,22 @@ def solve_many_command(
     if schedule.missed:
         click.echo(f"error: {_missed_message(schedule)}", err=True)
         sys.exit(EXIT_INFEASIBLE)
+
+
+@contextlib.contextmanager
+def _phase_bar(label: str, phases: Sequence[str], *,
+               enabled: bool) -> Iterator[Callable[[str], None] | None]:
+    """A progress bar over `phases` on stderr, moved to each phase as it starts (none under
+    `-q`, or when not `enabled`); closed whatever happens."""
+    if not enabled or quiet():
+        yield None
+        return
+    with click.progressbar(length=len(phases), label=label, file=sys.stderr,
+                           item_show_func=lambda phase: phase) as bar:
+        def progress(phase: str) -> None:
+            bar.update(phases.index(phase) - bar.pos, phase)
+
+        yield progress
 
 
 def _report_table(reports: list[StrategyReport]) -> str:
@@ -1022,6 +1044,11 @@ def _rounds_lines(rounds: tuple[dict[str, Any], ...]) -> list[str]:
     return lines
 
 
+def _ids(text: str | None) -> tuple[str, ...]:
+    """`--subnet-ids a,b` as ('a', 'b'); `AwsTarget` checks each ID."""
+    return tuple(part.strip() for part in text.split(",")) if text else ()
+
+
 @main.command("launch")
 @click.argument("source", required=False,
                 type=click.Path(dir_okay=False, path_type=Path))
@@ -1038,26 +1065,41 @@ def _rounds_lines(rounds: tuple[dict[str, Any], ...]) -> list[str]:
                    "else digits-cnn; a file never names your own code].")
 @click.option("--function-name", default="lambdadnn-worker", show_default=True)
 @click.option("--role-arn", help="Execution role of the Lambda function (aws).")
-@click.option("--layer", "layers", multiple=True, help="Layer ARN with torch, sklearn, redis.")
-@click.option("--image-uri", help="Container image with the worker instead of zip + layers.")
+@click.option("--image-uri",
+              help="The worker's container image in ECR (`lambdadnn image`): needed on aws.")
+@click.option("--stack", metavar="NAME",
+              help="Take --role-arn, --image-uri (REPOSITORY:latest), --subnet-ids, "
+                   "--security-group-ids and --redis-url from this stack's outputs "
+                   "(`lambdadnn deploy`); the options given win.")
+@click.option("--subnet-ids", metavar="ID,...",
+              help="Run the function in these VPC subnets (with --security-group-ids).")
+@click.option("--security-group-ids", metavar="ID,...",
+              help="The function's VPC security groups (with --subnet-ids).")
 @click.option("--region", default="us-east-1", show_default=True)
-@click.option("--endpoint-url", help="Lambda endpoint (e.g. a moto server for testing).")
-@click.option("--dry-run", is_flag=True, help="List every AWS call without making it.")
+@click.option("--endpoint-url",
+              help="AWS endpoint of Lambda and --stack's CloudFormation (e.g. a moto server).")
+@click.option("--dry-run", is_flag=True,
+              help="List every Lambda call without making it (--stack is still read).")
 @click.option("--print-policy", is_flag=True, help="Print the IAM policy the AWS backend needs.")
 @click.option("--oversubscribe", is_flag=True,
               help="Local: run a plan needing more vCPU (n·m/1769) than this machine has.")
 @click.option("--force", is_flag=True, help="Launch a plan that misses its deadline.")
 @click.option("--adaptive", is_flag=True,
               help="Re-plan (n, m) at checks from the measured speed to keep the deadline.")
+@click.option("--resume", metavar="JOB",
+              help="Local: continue JOB (named when a launch stops) from its last checkpoint, "
+                   "which must be in --redis-url's Redis: the redis-server a launch starts "
+                   "itself ends with it. A job's keys expire a day after its deadline.")
 @platform_option
 @json_option
 @friendly
 def launch_command(
     source: Path | None, backend: str, redis_url: str | None, timeout_s: float,
     checkpoint_every: int, seed: int, workload: str | None, function_name: str,
-    role_arn: str | None, layers: tuple[str, ...], image_uri: str | None, region: str,
-    endpoint_url: str | None, dry_run: bool, print_policy: bool, oversubscribe: bool,
-    force: bool, adaptive: bool, platform: str | None, as_json: bool,
+    role_arn: str | None, image_uri: str | None, stack: str | None, subnet_ids: str | None,
+    security_group_ids: str | None, region: str, endpoint_url: str | None, dry_run: bool,
+    print_policy: bool, oversubscribe: bool, force: bool, adaptive: bool, platform: str | None,
+    as_json: bool, resume: str | None,
 ) -> None:
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
 
@@ -1067,6 +1109,8 @@ def launch_command(
     `--adaptive` measures the run and re-solves the rest of it at checks (the plan's
     instance is the belief): it changes the functions and memory between rounds when the
     deadline is at risk or a cheaper plan still meets it; the report lists the rounds.
+    On AWS the worker runs from its image (`--image-uri`), in the VPC of `--subnet-ids` and
+    `--security-group-ids`; `--stack NAME` takes all of them from a stack of `lambdadnn deploy`.
     """
     from lambdadnn.launcher import aws, require_extras
     from lambdadnn.launcher.workloads import resolve_workload
@@ -1075,25 +1119,46 @@ def launch_command(
     if print_policy:
         target = None
         if role_arn:
-            target = aws.AwsTarget(function_name, role_arn, layers, image_uri, region)
+            target = aws.AwsTarget(function_name, role_arn, image_uri=image_uri, region=region,
+                                   subnet_ids=_ids(subnet_ids),
+                                   security_group_ids=_ids(security_group_ids))
         _emit_json(aws.required_policy(target))
         return
     if source is None:
         raise InstanceError("`SOURCE` is missing: give a plan JSON or an instance YAML")
-    if not math.isfinite(timeout_s):
-        raise InstanceError(f"`--timeout-s` must be a finite number of seconds ≥ 1, got "
-                            f"{timeout_s}; Lambda's limit is 900")
     target = None
     if backend == "aws":
+        if stack is not None:
+            from lambdadnn.launcher.stack import stack_outputs
+
+            outputs = stack_outputs(
+                aws.aws_client("cloudformation", region, endpoint_url=endpoint_url), stack)
+            role_arn, image_uri = role_arn or outputs.role_arn, image_uri or outputs.image_uri
+            subnet_ids = subnet_ids or ",".join(outputs.subnet_ids)
+            security_group_ids = security_group_ids or ",".join(outputs.security_group_ids)
+            redis_url = redis_url or outputs.redis_url
         if not role_arn:
-            raise InstanceError("`--role-arn` is needed for the aws backend (see --print-policy)")
-        target = aws.AwsTarget(function_name, role_arn, layers, image_uri, region)
+            raise InstanceError("`--role-arn` is needed for the aws backend (see --print-policy), "
+                                "or `--stack NAME`")
+        target = aws.AwsTarget(function_name, role_arn, image_uri=image_uri, region=region,
+                               subnet_ids=_ids(subnet_ids),
+                               security_group_ids=_ids(security_group_ids))
     elif dry_run:
         raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
+    elif stack or subnet_ids or security_group_ids:
+        raise InstanceError("`--stack`, `--subnet-ids` and `--security-group-ids` set up the "
+                            "Lambda function; use them with `--backend aws`")
     if adaptive and dry_run:
         raise InstanceError("`--adaptive` re-plans from what the run measures, which a dry run "
                             "does not run; drop `--dry-run` or `--adaptive`")
+    if resume is not None and backend == "aws":
+        raise InstanceError("`--resume` continues a local launch; the aws backend starts every "
+                            "job afresh, so drop `--resume` or `--backend aws`")
     require_extras(backend)
+    if resume is not None:
+        from lambdadnn.launcher.local import check_resume
+
+        check_resume(resume, redis_url)
     from lambdadnn.launcher.adaptive import controller_for
     from lambdadnn.launcher.channel import redis_client
 
@@ -1112,15 +1177,24 @@ def launch_command(
             url = redis_url or "redis://REDIS-HOST:6379/0"
             redis_client(url, option="--redis-url", ping=False).close()
             calls = aws.dry_run(spec, target, redis_url=url, job=job, worker_settings=settings)
+            if target.image_uri is None:
+                click.echo(f"warning: these are the calls of a zip deployment, which `launch` "
+                           f"refuses: {aws.NEEDS_IMAGE}; give `--image-uri` or `--stack`",
+                           err=True)
             _emit_json([{"operation": c.operation, "params": c.params} for c in calls])
             return
+        if target.image_uri is None:
+            raise InstanceError(f"`--image-uri` is needed for the aws backend: {aws.NEEDS_IMAGE}; "
+                                "build the image (`lambdadnn image`), push it to ECR and pass "
+                                "its URI, or `--stack NAME`")
         if not redis_url:
             raise InstanceError("`--redis-url` is needed for the aws backend: a Redis that the "
-                                "Lambda functions can reach (not 127.0.0.1)")
+                                "Lambda functions can reach (not 127.0.0.1), or `--stack NAME`")
         report = _launch_aws(spec, target, redis_url, job, settings, endpoint_url,
                              timeout_s, as_json, controller)
     else:
         from lambdadnn.launcher.local import Interrupted, run_local
+        from lambdadnn.launcher.spec import RunFailed
 
         if redis_url is not None:
             redis_client(redis_url, option="--redis-url").close()
@@ -1131,8 +1205,15 @@ def launch_command(
                 checkpoint_every=checkpoint_every, oversubscribe=oversubscribe,
                 warn=lambda line: click.echo(f"warning: {line}", err=True),
                 progress=lambda iteration, _total: bar.update(iteration),
-                controller=controller,
+                controller=controller, resume=resume,
             )
+        except RunFailed as failure:  # the report of what ran, then the one `error:` line
+            bar.close()
+            if as_json:
+                _emit_json(failure.report.to_dict())
+            else:
+                click.echo(_launch_text(failure.report))
+            raise
         except Interrupted as stop:  # the shell's convention: 128 + the signal's number
             bar.close()
             click.echo(f"error: {stop}", err=True)
@@ -1162,6 +1243,36 @@ def _launch_aws(
         )
     finally:
         bar.close()
+
+
+@main.command("deploy")
+@click.option("--print", "print_template", is_flag=True,
+              help="Write the stack's CloudFormation template to stdout.")
+@friendly
+def deploy_command(print_template: bool) -> None:
+    """Print the CloudFormation stack of `launch --backend aws` (deploy/stack.yaml): the
+    functions' execution role, the image's ECR repository, a VPC's subnets and security group,
+    and the Redis channel on an EC2 instance of the parameter server's type (m5.large).
+
+    Create it with the AWS CLI, push the worker's image (`lambdadnn image --help`) to its
+    repository, and launch with its outputs:
+
+    \b
+      lambdadnn deploy --print > stack.yaml
+      aws cloudformation deploy --stack-name lambdadnn --template-file stack.yaml \\
+          --capabilities CAPABILITY_IAM \\
+          --parameter-overrides RedisPassword=$(openssl rand -hex 24)
+      lambdadnn launch PLAN --backend aws --stack lambdadnn
+
+    The launcher reaches the Redis too: run it inside the VPC, or route the VPC to it over SSH
+    (deploy with KeyName=KEY SshCidr=YOUR-IP/32, then run the stack's `Tunnel` output).
+    """
+    from lambdadnn.launcher.stack import template
+
+    if not print_template:
+        raise InstanceError("`lambdadnn deploy` prints the stack, which the AWS CLI creates: "
+                            "pass `--print` (see `lambdadnn deploy --help`)")
+    click.echo(template(), nl=False)
 
 
 @main.command("image")
@@ -1250,10 +1361,16 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
               help="What to profile: digits-cnn, digits-mlp or package.module:factory.")
 @click.option("--backend", type=click.Choice(["local", "aws"]), default="local",
               show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Where to write the fitted instance YAML.")
+@click.option("--out", type=click.Path(path_type=Path), metavar="FILE", required=True,
+              help="Where to write the fitted instance YAML: checked before the first trial, "
+                   "written whole or not at all.")
 @click.option("--budget-s", type=FiniteRange(min=30, max=86_400), default=300.0,
               show_default=True, help="Profiling time to stay within.")
+@click.option("--factory-timeout-s", type=FiniteRange(min=0, min_open=True, max=86_400),
+              default=120.0, show_default=True,
+              help="Seconds the workload's import, factory and model check may take, before "
+                   "the first trial. Python code and its waits are stopped then; native code "
+                   "that never returns to Python is not.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--local-batch", type=click.IntRange(min=1, max=100_000), default=64,
               show_default=True, help="The batch per function the plans will use.")
@@ -1277,10 +1394,10 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
 @json_option
 @friendly
 def profile_command(
-    workload: str, backend: str, out: Path, budget_s: float, seed: int, local_batch: int,
-    epochs: int, max_global_batch: int, deadline_s: float, reserve_cpus: int,
-    redis_url: str | None, role_arn: str | None, image_uri: str | None, function_name: str,
-    region: str, endpoint_url: str | None, as_json: bool,
+    workload: str, backend: str, out: Path, budget_s: float, factory_timeout_s: float,
+    seed: int, local_batch: int, epochs: int, max_global_batch: int, deadline_s: float,
+    reserve_cpus: int, redis_url: str | None, role_arn: str | None, image_uri: str | None,
+    function_name: str, region: str, endpoint_url: str | None, as_json: bool,
 ) -> None:
     """Measure a workload with short trial runs, fit the model, write an instance YAML.
 
@@ -1291,29 +1408,11 @@ def profile_command(
     import yaml
 
     from lambdadnn.launcher import require_extras
-    from lambdadnn.launcher.profile import profile_workload
+    from lambdadnn.launcher.profile import check_out, profile_workload, write_out
     from lambdadnn.launcher.workloads import check_workload, resolve_workload
 
-    if out.is_dir() or not out.parent.is_dir():
-        raise InstanceError(f"`--out` {out} must be a file in an existing folder")
+    check_out(out)
     require_extras(backend)
-    check_workload(resolve_workload(workload), seed)
-    if backend == "aws":
-        from lambdadnn.launcher.aws import profile_capacity, profile_runner
-
-        if not (role_arn and redis_url):
-            raise InstanceError("`--role-arn` and `--redis-url` are needed for the aws backend")
-        capacity = profile_capacity(region=region)
-        runner = profile_runner(
-            workload=workload, seed=seed, function_name=function_name, role_arn=role_arn,
-            image_uri=image_uri, region=region, endpoint_url=endpoint_url,
-            redis_url=redis_url,
-        )
-    else:
-        from lambdadnn.launcher.local import local_capacity, local_runner
-
-        capacity = local_capacity(reserve_cpus=reserve_cpus)
-        runner = local_runner(workload=workload, seed=seed)
     bar: Any = None
 
     def progress(done: int, total: int, label: str) -> None:
@@ -1330,6 +1429,24 @@ def profile_command(
     from lambdadnn.launcher.local import Interrupted
 
     try:
+        check_workload(resolve_workload(workload), seed, timeout_s=factory_timeout_s)
+        if backend == "aws":
+            from lambdadnn.launcher.aws import profile_capacity, profile_runner
+
+            if not (role_arn and redis_url):
+                raise InstanceError(
+                    "`--role-arn` and `--redis-url` are needed for the aws backend")
+            capacity = profile_capacity(region=region)
+            runner = profile_runner(
+                workload=workload, seed=seed, function_name=function_name, role_arn=role_arn,
+                image_uri=image_uri, region=region, endpoint_url=endpoint_url,
+                redis_url=redis_url,
+            )
+        else:
+            from lambdadnn.launcher.local import local_capacity, local_runner
+
+            capacity = local_capacity(reserve_cpus=reserve_cpus)
+            runner = local_runner(workload=workload, seed=seed)
         mapping = profile_workload(
             workload, capacity, runner, budget_s=budget_s, seed=seed, local_batch=local_batch,
             epochs=epochs, max_global_batch=max_global_batch, deadline_s=deadline_s,
@@ -1341,15 +1458,15 @@ def profile_command(
             bar = None
         click.echo(f"error: {stop}; nothing was written", err=True)
         sys.exit(128 + stop.signum)
-    except KeyboardInterrupt:  # Ctrl-C between trials: nothing runs then, nothing is left
-        click.echo("error: profile stopped by SIGINT between trials; nothing was written",
+    except KeyboardInterrupt:  # Ctrl-C outside a trial (the factory's check, between two)
+        click.echo("error: profile stopped by SIGINT outside a trial; nothing was written",
                    err=True)
         sys.exit(128 + 2)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
     text = yaml.safe_dump(mapping, sort_keys=False, width=100)
-    out.write_text(f"# Written by `lambdadnn profile --workload {workload} --backend {backend}`"
+    write_out(out, f"# Written by `lambdadnn profile --workload {workload} --backend {backend}`"
                    f"\n{text}")
     if as_json:
         _emit_json({"instance": str(out), **mapping})

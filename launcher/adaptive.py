@@ -126,10 +126,11 @@ class AdaptiveRun:
         self._failures = 0
         self._checked = self.began
 
-    def begin(self) -> None:
-        """The run starts now (its first launch): the deadline and the first round count
-        from here."""
+    def begin(self, iteration: int = 0) -> None:
+        """The run starts now (its first launch) at `iteration` (a resumed job's checkpoint):
+        the deadline and the first round count from here."""
         self.began = self._checked = self.rounds[0].started = self._clock()
+        self.rounds[0].first = iteration
 
     @property
     def current(self) -> Round:

@@ -25,6 +25,17 @@ Keys (all under `lambdadnn:<job>:`):
 The per-iteration keys are deleted when the update is applied (the `ready` list empties as the
 waiters pop it, and expires in case one of them died).
 
+Expiry: every key expires `key_ttl_s` after it was last written, and each checkpoint (and each
+worker joining, each restore) pushes the expiry of all the job's keys back by as much. So a job
+whose launcher died (kill -9) leaves nothing in Redis for good, yet stays resumable (`resume`)
+for `key_ttl_s` after its last checkpoint: the launch sets it to the plan's deadline plus a day
+(`LaunchSpec.key_ttl_s`).
+
+Trust: whatever is read back from Redis is checked before it is trained from. Parameters,
+momentum and gradients must be the model's size and finite; a NaN or an infinity there (written
+by something other than the workers, or a diverged step) is an `UnrecoverableError`, which ends
+the run as failed: a relaunch from the checkpoint would read it again, or train on garbage.
+
 Recovery: the live state is always consistent (an update is applied by one Lua script, exactly
 once), so a worker that (re)starts simply joins at the live iteration. When a whole group is
 relaunched after a failure, the launcher first calls `restore()`, which puts the live state
@@ -45,10 +56,15 @@ from lambdadnn.launcher import LaunchError
 from lambdadnn.solver.inputs import brief
 
 __all__ = [
-    "BarrierTimeoutError", "ChannelError", "ParameterChannel", "channel_failed", "redis_client",
+    "DEFAULT_KEY_TTL_S", "BarrierTimeoutError", "ChannelError", "ParameterChannel",
+    "UnrecoverableError", "channel_failed", "finite", "redis_client", "redis_refusal",
 ]
 
 _CONNECT_TIMEOUT_S = 5.0
+DEFAULT_KEY_TTL_S = 2 * 86_400  # a channel's keys outlive their last write by two days
+# The job's keys that live as long as it does (the per-iteration ones come and go).
+_JOB_KEYS = ("state", "checkpoint", "config", "heartbeats", "restarts", "result", "halt", "save",
+             "timings")
 
 _DTYPE = np.float32
 
@@ -58,8 +74,9 @@ _PUSH = """
 if redis.call('HGET', KEYS[1], 'iteration') ~= ARGV[1] then return -1 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
-if ARGV[5] == '1' then redis.call('SET', KEYS[4], '1') end
+if ARGV[5] == '1' then redis.call('SET', KEYS[4], '1', 'EX', ARGV[7]) end
 redis.call('HSET', KEYS[5], ARGV[2], ARGV[6])
+for i = 2, 5 do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
 return redis.call('HLEN', KEYS[2])
 """
 
@@ -81,6 +98,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'iteration', '0', 'params', ARGV[1], 'velocity', ARGV[2])
 redis.call('HSET', KEYS[2], 'iteration', '0', 'params', ARGV[1], 'velocity', ARGV[2])
 redis.call('HSET', KEYS[3], 'lr', ARGV[3], 'momentum', ARGV[4], 'size', ARGV[5])
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
 return 1
 """
 
@@ -91,6 +109,12 @@ class ChannelError(LaunchError):
 
 class BarrierTimeoutError(ChannelError, TimeoutError):
     """A worker waited longer than the barrier allows for the others to push their gradients."""
+
+
+class UnrecoverableError(ChannelError):
+    """What the run would train from is broken (non-finite values, another model's
+    parameters): a relaunch from the checkpoint would meet it again, so the launcher ends the
+    run as failed at once instead of relaunching."""
 
 
 def _to_bytes(array: np.ndarray) -> bytes:
@@ -109,6 +133,17 @@ def _raw(reply: object) -> bytes | None:
         f"the Redis client returned {type(reply).__name__}, not bytes: "
         "create it without decode_responses"
     )
+
+
+def finite(values: np.ndarray, what: str, cause: str) -> np.ndarray:
+    """`values` if they are all finite, else an `UnrecoverableError` naming `what` and why."""
+    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+    if bad:
+        raise UnrecoverableError(
+            f"{what} holds {bad:,} non-finite value{'s' if bad > 1 else ''} (NaN or ±inf) of "
+            f"{values.size:,}: {cause}"
+        )
+    return values
 
 
 def redis_client(url: str, *, option: str = "redis_url", ping: bool = True) -> redis.Redis:
@@ -136,11 +171,19 @@ def redis_client(url: str, *, option: str = "redis_url", ping: bool = True) -> r
     return client
 
 
+def redis_refusal(error: redis.RedisError) -> str:
+    """A Redis error in one line: an OOM says so, never the refused command and its bytes."""
+    if isinstance(error, redis.OutOfMemoryError):
+        return "redis refused a write: OOM, its used memory is over its `maxmemory`"
+    return brief(str(error), 80)
+
+
 def channel_failed(url: str, error: redis.RedisError) -> LaunchError:
     """The one line for a Redis that fails while a launch depends on it."""
+    fix = ("raise its `maxmemory` or free memory" if isinstance(error, redis.OutOfMemoryError)
+           else "check that Redis stays up during the run")
     return LaunchError(
-        f"the parameter channel at {brief(url)} failed ({brief(str(error), 80)}); check that "
-        "Redis stays up during the run"
+        f"the parameter channel at {brief(url)} failed ({redis_refusal(error)}); {fix}"
     )
 
 
@@ -150,18 +193,23 @@ class ParameterChannel:
     `halted` tells, after each `exchange`, whether the group stops after that iteration
     because a worker voted `stop=True` (its invocation's deadline is near) or the launcher
     asked it to (`set_halt`): every worker sees the same answer, so they all return at the
-    same iteration and none is left at the barrier.
+    same iteration and none is left at the barrier. `key_ttl_s`: see "Expiry" above.
     """
 
     def __init__(
-        self, client: redis.Redis, job: str, *, workers: int, barrier_timeout_s: float = 120.0
+        self, client: redis.Redis, job: str, *, workers: int, barrier_timeout_s: float = 120.0,
+        key_ttl_s: int = DEFAULT_KEY_TTL_S,
     ) -> None:
         if workers < 1:
             raise ChannelError(f"a channel needs at least one worker, got {workers}")
+        if key_ttl_s < 1:
+            raise ChannelError(f"`key_ttl_s` must be a whole number of seconds ≥ 1, got "
+                               f"{key_ttl_s}")
         self.client = client
         self.job = job
         self.workers = workers
         self.barrier_timeout_s = barrier_timeout_s
+        self.key_ttl_s = key_ttl_s
         self.halted = False
         self._config_cache: tuple[float, float, int] | None = None
         self.prefix = f"lambdadnn:{job}:"
@@ -171,6 +219,29 @@ class ParameterChannel:
 
     def _key(self, name: str) -> str:
         return self.prefix + name
+
+    def _expire(self, pipe: Pipeline) -> None:
+        """Queue the push-back of every job key's expiry to `key_ttl_s` from now."""
+        for name in _JOB_KEYS:
+            pipe.expire(self._key(name), self.key_ttl_s)
+
+    def _array(self, reply: object, what: str, cause: str) -> np.ndarray:
+        """A float32 array read from Redis, refused unless it has the model's size and is
+        finite (`UnrecoverableError`, naming `what`)."""
+        data = self._needed(reply)
+        size = self._config()[2]
+        if len(data) != size * np.dtype(_DTYPE).itemsize:
+            raise UnrecoverableError(
+                f"{what} holds {len(data):,} bytes, not the {size:,} float32 values of the "
+                f"model: {cause}"
+            )
+        return finite(_from_bytes(data), what, cause)
+
+    def _tampered(self, name: str, field: str) -> tuple[str, str]:
+        """`what` and `cause` for `_array` of a model-state field (`state` `params`, …)."""
+        return (f"`{self._key(name)}` `{field}` in Redis",
+                "it was not written by this run's workers (keep the Redis private: a password, "
+                "a private network) or training diverged; the run cannot go on from it")
 
     def _iteration_keys(self, iteration: int) -> list[str]:
         """`grads`, `losses`, `stop`, `ready` of one iteration, in the scripts' order."""
@@ -182,13 +253,18 @@ class ParameterChannel:
         flat = np.asarray(parameters, dtype=_DTYPE).ravel()
         created = self._initialise(
             keys=[self._key("state"), self._key("checkpoint"), self._key("config")],
-            args=[_to_bytes(flat), _to_bytes(np.zeros_like(flat)), lr, momentum, flat.size],
+            args=[_to_bytes(flat), _to_bytes(np.zeros_like(flat)), lr, momentum, flat.size,
+                  self.key_ttl_s],
         )
         if not created and self._config()[2] != flat.size:
-            raise ChannelError(
+            raise UnrecoverableError(
                 f"job {self.job!r} holds {self._config()[2]} parameters, not {flat.size}: "
                 "another model already uses this job name"
             )
+        if not created:  # a worker (re)joining: the job lives on
+            pipe = self.client.pipeline(transaction=False)
+            self._expire(pipe)
+            pipe.execute()
         return bool(created)
 
     def _config(self) -> tuple[float, float, int]:
@@ -210,7 +286,7 @@ class ParameterChannel:
     def parameters(self) -> tuple[int, np.ndarray]:
         """The live iteration (updates applied so far) and the parameters after it."""
         iteration, params = self.client.hmget(self._key("state"), "iteration", "params")
-        return int(self._needed(iteration)), _from_bytes(self._needed(params))
+        return int(self._needed(iteration)), self._array(params, *self._tampered("state", "params"))
 
     def exchange(
         self, rank: int, iteration: int, gradient: np.ndarray, loss: float, *, stop: bool = False
@@ -230,7 +306,8 @@ class ParameterChannel:
         grads, losses, stop_key, _ = self._iteration_keys(iteration)
         arrived = int(self._push(
             keys=[state, grads, losses, stop_key, self._key("heartbeats")],
-            args=[iteration, rank, _to_bytes(flat), repr(float(loss)), int(stop), time.time()],
+            args=[iteration, rank, _to_bytes(flat), repr(float(loss)), int(stop), time.time(),
+                  self.key_ttl_s],
         ))
         if arrived < 0:
             raise ChannelError(
@@ -253,9 +330,15 @@ class ParameterChannel:
         pipe.delete(self._key("save"))
         grads, losses, stop, (params, velocity), save = pipe.execute()
         by_rank = sorted((int(rank), data) for rank, data in grads.items())
-        mean = np.mean(np.stack([_from_bytes(data) for _, data in by_rank]), axis=0)
-        new_velocity = (momentum * _from_bytes(velocity) + mean).astype(_DTYPE)
-        new_params: np.ndarray = (_from_bytes(params) - lr * new_velocity).astype(_DTYPE)
+        pushed = [self._array(data, f"rank {rank}'s gradient of iteration {iteration} "
+                                    f"(`{grads_key}`)",
+                              "training diverged, or something other than the workers wrote it")
+                  for rank, data in by_rank]
+        mean = np.mean(np.stack(pushed), axis=0)
+        old_velocity = self._array(velocity, *self._tampered("state", "velocity"))
+        new_velocity = (momentum * old_velocity + mean).astype(_DTYPE)
+        old_params = self._array(params, *self._tampered("state", "params"))
+        new_params: np.ndarray = (old_params - lr * new_velocity).astype(_DTYPE)
         mean_loss = float(np.mean([float(value) for value in losses.values()]))
         self.halted = bool(stop)
         committed = self._commit(
@@ -293,13 +376,14 @@ class ParameterChannel:
                 f"rank {rank} was woken for iteration {iteration} of job {self.job!r} but the "
                 f"channel is at {int(self._needed(live))} (restored by the launcher?)"
             )
-        return _from_bytes(self._needed(params))
+        return self._array(params, *self._tampered("state", "params"))
 
     def checkpoint(self, iteration: int) -> None:
         """Copy the live parameters, momentum and iteration to the checkpoint, atomically.
 
         `iteration` is the caller's view of the live iteration: a mismatch means the caller is
         out of step with the group, and saving would label one iteration's state as another's.
+        It pushes the expiry of all the job's keys back (see "Expiry" above).
         """
         state = self._key("state")
 
@@ -315,6 +399,7 @@ class ParameterChannel:
             pipe.hset(self._key("checkpoint"), mapping={
                 "iteration": iteration, "params": params, "velocity": velocity,
             })
+            self._expire(pipe)
 
         self.client.transaction(copy, state)
 
@@ -338,28 +423,52 @@ class ParameterChannel:
             pipe.multi()
             pipe.hset(state, mapping={"iteration": start, "params": params, "velocity": velocity})
             pipe.delete(*stale)
+            self._expire(pipe)
             restored.append(int(start))
 
         self.client.transaction(reset, state, checkpoint)
         return restored[0] if restored else None
+
+    def resume(self) -> int:
+        """Make a stopped job's channel ready for a new launch; returns its checkpoint's
+        iteration, where the new launch's workers start.
+
+        `restore`, then drop what belonged to the launch that stopped (its relaunch count,
+        timings, heartbeats, halt and checkpoint requests, a result), so the new launch counts
+        its rounds from 0. A job with no checkpoint here (never launched on this Redis, or
+        finished, or expired) is a `ChannelError`.
+        """
+        start = self.restore()
+        if start is None:
+            raise ChannelError(
+                f"job {self.job!r} has no checkpoint in this Redis: it never ran here, finished "
+                f"(its keys are deleted then), or its keys expired ({self.key_ttl_s:,} s after "
+                "its last checkpoint)"
+            )
+        self.client.delete(*(self._key(name) for name in (
+            "restarts", "timings", "heartbeats", "halt", "save", "result")))
+        return start
 
     def set_halt(self, on: bool) -> None:
         """Ask the running group to stop after the iteration it is at (`on`), or let the next
         group run (`on=False`). The stop is decided where an update is applied, once for all
         ranks, so they all checkpoint at the same iteration: none is lost or repeated."""
         if on:
-            self.client.set(self._key("halt"), "1")
+            self.client.set(self._key("halt"), "1", ex=self.key_ttl_s)
         else:
             self.client.delete(self._key("halt"))
 
     def request_checkpoint(self) -> None:
         """Have the next update applied checkpointed (by the worker that applies it), so
         that a crash loses no work from before this call."""
-        self.client.set(self._key("save"), "1")
+        self.client.set(self._key("save"), "1", ex=self.key_ttl_s)
 
     def record_restart(self) -> int:
         """Count one relaunch of the workers; returns the count so far."""
-        return int(self.client.incr(self._key("restarts")))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.incr(self._key("restarts"))
+        pipe.expire(self._key("restarts"), self.key_ttl_s)
+        return int(pipe.execute()[0])
 
     def progress(self) -> dict[str, Any]:
         """Where the job is: iteration, last mean loss, restarts, done, heartbeat time per rank."""
@@ -387,7 +496,10 @@ class ParameterChannel:
         Through the channel rather than the invocation's reply, because an asynchronous
         Lambda invocation has no reply the launcher sees.
         """
-        self.client.hset(self._key("timings"), f"{round_}:{rank}", json.dumps(timings))
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(self._key("timings"), f"{round_}:{rank}", json.dumps(timings))
+        pipe.expire(self._key("timings"), self.key_ttl_s)
+        pipe.execute()
 
     def timings(self) -> list[dict[str, Any]]:
         """Every invocation's timings, each with its `round` and `rank`."""
@@ -400,7 +512,7 @@ class ParameterChannel:
 
     def finish(self, metrics: dict[str, Any]) -> None:
         """Publish the final metrics; `progress()['done']` turns true."""
-        self.client.set(self._key("result"), json.dumps(metrics))
+        self.client.set(self._key("result"), json.dumps(metrics), ex=self.key_ttl_s)
 
     def result(self) -> dict[str, Any] | None:
         """The metrics given to `finish`, or None while training goes on."""

@@ -7,11 +7,20 @@ A round ends when every worker has returned; if any of them timed out, crashed o
 the survivors are stopped (they would wait at the barrier for it), the channel is restored to
 its last checkpoint and all `n` are launched again, until the last iteration is done.
 
+A worker's failure is one line on the `lambdadnn.launcher.local` logger (`worker 3: redis
+refused a write: OOM ...`), its traceback at debug level only. A failure no relaunch can mend
+(`UnrecoverableError`: NaN parameters, gradients or loss) ends the run at once as failed
+(`RunFailed`), as does a run that stops progressing; a run is never "done" without a finite loss.
+
 Nothing outlives a run: while it runs, SIGINT, SIGTERM and SIGHUP all become a
 KeyboardInterrupt at the next poll (never in the middle of starting or stopping a process), so
 the same clean-up stops the workers, the redis-server it started and removes the cgroups.
 Workers and redis-server run in sessions of their own (a terminal's Ctrl-C reaches only the
-launcher, which stops them in order) and are killed by the kernel if the launcher dies first.
+launcher, which stops them in order) and are killed by the kernel if the launcher dies first;
+the empty cgroups a SIGKILLed launcher leaves are removed by the next launch
+(`sweep_cgroups`). On a caller's Redis (`redis_url`), a run that did not finish keeps its
+job's keys, which expire on their own (`LaunchSpec.key_ttl_s`), so that `resume` can continue
+it from its last checkpoint; a finished run deletes them.
 """
 
 from __future__ import annotations
@@ -20,15 +29,18 @@ import ctypes
 import errno
 import functools
 import json
+import logging
 import math
 import os
 import platform
+import re
 import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -45,22 +57,34 @@ import redis
 import lambdadnn
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.adaptive import AdaptiveRun, Planner
-from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
+from lambdadnn.launcher.channel import (
+    ChannelError,
+    ParameterChannel,
+    UnrecoverableError,
+    channel_failed,
+    redis_client,
+    redis_refusal,
+)
 from lambdadnn.launcher.profile import Capacity, Runner
 from lambdadnn.launcher.spec import (
     LAMBDA_MEMORY_MB,
     LaunchReport,
     LaunchSpec,
     Prediction,
+    RunFailed,
     default_margin,
 )
 from lambdadnn.launcher.timings import summarise
 from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD, check_workload, module_root
+from lambdadnn.models.errors import LambdaDnnError
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import MB_PER_VCPU, platform_path, read_yaml
 
 __all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "available_cpus", "check_capacity",
-           "local_capacity", "local_runner", "redis_server", "run_local"]
+           "check_resume", "local_capacity", "local_runner", "redis_server", "run_local",
+           "sweep_cgroups"]
+
+_log = logging.getLogger(__name__)
 
 MAX_LOCAL_FUNCTIONS = 64  # one torch process each: more would exhaust a machine's processes
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -72,6 +96,12 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up before any fork: a child between fork and exec must not load libraries.
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A job name: a Redis key part and a cgroup folder name, so no `/`, `*` or spaces.
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# A launch's cgroups and its redis-server's folder name the launcher's pid, so the next launch
+# can tell what a SIGKILLed launcher left from what a running launch uses.
+_OWNED_CGROUP = re.compile(r"lambdadnn-.+\.pid([1-9][0-9]{0,9})")
+_OWNED_SERVER_FOLDER = re.compile(r"lambdadnn-redis-([1-9][0-9]{0,9})-.+")
 
 
 def available_cpus() -> int:
@@ -143,12 +173,17 @@ def _die_with(parent: int) -> None:
 
 
 class Interrupted(KeyboardInterrupt):
-    """A launch stopped by SIGINT, SIGTERM or SIGHUP, raised once everything is cleaned up."""
+    """A launch stopped by SIGINT, SIGTERM or SIGHUP, raised once everything is cleaned up;
+    `resumable`: the job whose checkpoint stays on the caller's Redis."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, resumable: str | None = None) -> None:
         self.signum = signum
+        hint = ("" if resumable is None else
+                f"; job {resumable} keeps its checkpoint in Redis: continue it with "
+                f"`--resume {resumable}` and the same `--redis-url`")
         super().__init__(
-            f"launch stopped by {signal.Signals(signum).name}; it left no process or cgroup behind"
+            f"launch stopped by {signal.Signals(signum).name}; it left no process or cgroup "
+            f"behind{hint}"
         )
 
 
@@ -158,10 +193,12 @@ class _StopSignals:
     The handlers just note the signal, so no start or stop of a process or cgroup is ever cut
     in half; the old handlers come back on exit. Outside the main thread (where Python
     allows no handlers) it only checks, and the signals keep their own behaviour.
+    `resumable`: the job the `Interrupted` names as resumable.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, resumable: str | None = None) -> None:
         self.received: int | None = None
+        self.resumable = resumable
         self._previous: dict[int, Any] = {}
 
     def _note(self, signum: int, _frame: FrameType | None) -> None:
@@ -170,7 +207,7 @@ class _StopSignals:
 
     def check(self) -> None:
         if self.received is not None:
-            raise Interrupted(self.received)
+            raise Interrupted(self.received, self.resumable)
 
     def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -186,33 +223,39 @@ class _StopSignals:
             signal.signal(number, handler)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def redis_server(*, startup_timeout_s: float = 10.0) -> Iterator[str]:
-    """A throw-away redis-server on 127.0.0.1 (free port, no persistence); yields its URL."""
+    """A throw-away redis-server that only this user can reach; yields its URL (`unix://`).
+
+    It listens on no TCP port (`port 0`), only on a unix socket in a fresh folder of mode 0700
+    (`mkdtemp`): the kernel keeps every other local user out at the folder, and there is no
+    secret that a URL, an error line or `ps` could show. A `requirepass` would add nothing
+    against them, and against this user nothing helps (they can read the launcher's memory).
+    No persistence; the folder (socket, log) is removed with the server, or by the next
+    launch if the launcher was SIGKILLed (the folder names its pid).
+    """
     executable = shutil.which("redis-server")
     if executable is None:
         raise LaunchError(
             "redis-server is not installed (Debian package redis-server); "
             "install it or pass the URL of a running Redis"
         )
-    for _ in range(3):  # another process may take the free port before redis-server binds it
-        port = _free_port()
+    for stale in _left_behind(Path(tempfile.gettempdir()), _OWNED_SERVER_FOLDER):
+        if not _serving(stale / "redis.sock"):  # a SIGKILLed launcher's: its server died too
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"lambdadnn-redis-{os.getpid()}-"))
+    try:
+        sock, log = folder / "redis.sock", folder / "redis.log"
         process = subprocess.Popen(
-            [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=functools.partial(_die_with, os.getpid()),
+            [executable, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+             "--dir", str(folder), "--logfile", str(log), "--save", "", "--appendonly", "no",
+             "--daemonize", "no"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=functools.partial(_die_with, os.getpid()),
         )
         try:
-            if _wait_for_redis(process, port, startup_timeout_s):
-                yield f"redis://127.0.0.1:{port}/0"
-                return
+            _wait_for_redis(process, sock, log, startup_timeout_s)
+            yield f"unix://{sock}?db=0"
         finally:
             process.terminate()
             try:
@@ -220,26 +263,49 @@ def redis_server(*, startup_timeout_s: float = 10.0) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-    raise LaunchError("redis-server exited at start-up three times (ports taken?)")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _wait_for_redis(process: subprocess.Popen[bytes], port: int, timeout_s: float) -> bool:
-    """True once the server answers PING; False if it exited (port taken)."""
-    client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+def _serving(sock: Path) -> bool:
+    """Whether a server still accepts connections on unix socket `sock` (one started from
+    another pid namespace sharing this folder would look like a dead launcher's)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(sock))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_for_redis(
+    process: subprocess.Popen[bytes], sock: Path, log: Path, timeout_s: float
+) -> None:
+    """Return once the server answers PING on `sock`; its log's last line if it exited."""
+    client = redis.Redis(unix_socket_path=str(sock), socket_connect_timeout=0.5)
     deadline = time.monotonic() + timeout_s
     try:
         while process.poll() is None:
             try:
-                return bool(client.ping())
+                client.ping()
+                return
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     raise LaunchError(
-                        f"redis-server on port {port} did not answer within {timeout_s:g} s"
+                        f"redis-server did not answer on {sock} within {timeout_s:g} s"
                     ) from None
                 time.sleep(0.05)
-        return False
     finally:
         client.close()
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    raise LaunchError(f"redis-server exited at start-up with code {process.returncode}: "
+                      f"{_one_line(lines[-1] if lines else 'it wrote no log')}")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """`text` on one line (whitespace runs as one space), cut to about `limit` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 @dataclass
@@ -285,12 +351,75 @@ class CpuCap:
         self.created.clear()
 
 
+def _cgroup_name(job: str) -> str:
+    """The cgroup name of this launcher's `job`: it carries our pid (see `sweep_cgroups`)."""
+    return f"{job}.pid{os.getpid()}"
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie counts: its parent has not seen it end)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _left_behind(base: Path, owned: re.Pattern[str]) -> list[Path]:
+    """The folders in `base` whose name matches `owned` (its group 1: a launcher's pid), that
+    this user owns and whose launcher is no longer running: what SIGKILLed launches left."""
+    found: list[Path] = []
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        owner = owned.fullmatch(entry.name)
+        try:
+            if (owner is not None and not _running(int(owner.group(1)))
+                    and not entry.is_symlink() and entry.is_dir()
+                    and entry.stat().st_uid == os.geteuid()):
+                found.append(entry)
+        except OSError:  # it went away meanwhile
+            continue
+    return found
+
+
+def sweep_cgroups(base: Path) -> list[Path]:
+    """Remove the empty cgroups that SIGKILLed launchers of this user left under `base`.
+
+    Only `lambdadnn-<job>.pid<N>` folders (`_cgroup_name`) that this user owns, whose
+    launcher N is no longer running and that no process is in: a running launch's cgroups,
+    another user's and anything else are never touched. Returns what it removed; a folder it
+    cannot remove (a process joined it meanwhile) is left as it is.
+    """
+    removed: list[Path] = []
+    for group in _left_behind(base, _OWNED_CGROUP):
+        try:
+            folders = [*sorted(group.glob("rank-*")), group]
+            if any((folder / "cgroup.procs").exists()
+                   and (folder / "cgroup.procs").read_text().strip() for folder in folders):
+                continue
+            for folder in folders:
+                folder.rmdir()
+        except OSError as error:
+            _log.debug("left cgroup %s: %s", group, error)
+            continue
+        removed.append(group)
+    if removed:
+        _log.info("removed %d empty cgroup(s) of stopped launches under %s", len(removed), base)
+    return removed
+
+
 def cap_cpu(job: str, workers: int, memory_mb: int, root: Path = CGROUP_ROOT) -> CpuCap:
     """Make one cgroup per rank with a CPU quota of `memory_mb / 1769` vCPU.
 
     cgroup v2 (`cpu.max` under `root`) first; on a hybrid machine whose cpu controller is still
     on cgroup v1 (`root/cpu`), `cpu.cfs_quota_us` does the same. Anything else, or a failed
-    write, leaves the workers uncapped and says why in `description`.
+    write, leaves the workers uncapped and says why in `description`. The stale cgroups of
+    SIGKILLed launches are swept first (`sweep_cgroups`).
     """
     vcpu = memory_mb / MB_PER_VCPU
     quota = max(1000, round(_CPU_PERIOD_US * vcpu))  # the kernel's smallest quota is 1 ms
@@ -304,6 +433,7 @@ def cap_cpu(job: str, workers: int, memory_mb: int, root: Path = CGROUP_ROOT) ->
         version, base = "v1", root / "cpu"
     else:
         return CpuCap(f"uncapped: no cgroup cpu controller is mounted at {root}", uncapped)
+    sweep_cgroups(base)
     cap = CpuCap("", uncapped)
     try:
         if version == "v2" and "cpu" not in (root / "cgroup.subtree_control").read_text().split():
@@ -356,7 +486,9 @@ def _worker_main() -> None:
     Reads `{"event", "timeout_s", "procs_file"}` as JSON on stdin and reports JSON lines
     (`started` with its deadline, then `result` or `error`) on the file descriptor in argv[1],
     so whatever the libraries print on stdout cannot garble them; argv[2] is the launcher's
-    pid, whose death kills the worker.
+    pid, whose death kills the worker. An error is reported with its traceback, its one-line
+    `summary` and whether it is `fatal` (`UnrecoverableError`), and exits 1 without printing
+    the traceback: the launcher logs one line per worker, the traceback at debug level.
     """
     _die_with(int(sys.argv[2]))
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
@@ -371,9 +503,25 @@ def _worker_main() -> None:
         context = _Deadline(time.monotonic() + job["timeout_s"])
         report.write(json.dumps({"started": context.deadline}) + "\n")
         report.write(json.dumps({"result": handler(job["event"], context)}) + "\n")
-    except Exception:
-        report.write(json.dumps({"error": traceback.format_exc()}) + "\n")
-        raise
+    except Exception as error:
+        report.write(json.dumps({
+            "error": traceback.format_exc(), "summary": _summary(error),
+            "fatal": isinstance(error, UnrecoverableError),
+        }) + "\n")
+        raise SystemExit(1) from None
+
+
+def _summary(error: Exception) -> str:
+    """A worker's exception as one line: what went wrong, not where."""
+    if isinstance(error, redis.OutOfMemoryError):
+        gist = redis_refusal(error)
+    elif isinstance(error, (redis.ConnectionError, redis.TimeoutError)):
+        gist = f"lost the Redis channel: {redis_refusal(error)}"
+    elif isinstance(error, LambdaDnnError):
+        gist = str(error)
+    else:
+        gist = f"{type(error).__name__}: {error}"
+    return _one_line(gist)
 
 
 @dataclass
@@ -386,7 +534,9 @@ class _Invocation:
     launched: float
     deadline: float | None = None
     result: dict[str, Any] | None = None
-    failure: str | None = None
+    failure: str | None = None  # one line, "worker <rank>: ..."
+    fatal: bool = False  # the failure is one no relaunch can mend
+    trace: str | None = None  # the worker's traceback, when it raised
     buffer: bytes = b""
 
     @classmethod
@@ -437,9 +587,9 @@ class _Invocation:
                 self.deadline = float(message["started"])
             elif "result" in message:
                 self.result = message["result"]
-            else:  # the traceback's last line, "Kind: message", is the gist
-                trace = [text for text in str(message["error"]).splitlines() if text.strip()]
-                self.failure = f"rank {self.rank} raised {brief(trace[-1] if trace else '', 120)}"
+            else:
+                self.failure = f"worker {self.rank}: {message['summary']}"
+                self.fatal, self.trace = bool(message["fatal"]), str(message["error"])
 
     def settle(self, now: float, timeout_s: float) -> bool:
         """Note a result, an exit or an overrun (killing it, as Lambda would); True once it
@@ -453,12 +603,12 @@ class _Invocation:
             if self.result is None and self.failure is None:
                 cause = (f"was killed by {signal.Signals(-code).name}" if code < 0
                          else f"exited with code {code}")
-                self.failure = f"rank {self.rank} {cause} without a result"
+                self.failure = f"worker {self.rank}: {cause} without a result"
             return True
         if self.deadline is not None and now > self.deadline:
-            self.failure = f"rank {self.rank} overran its {timeout_s:g} s timeout and was killed"
+            self.failure = f"worker {self.rank}: overran its {timeout_s:g} s timeout and was killed"
         elif self.deadline is None and now - self.launched > _INIT_TIMEOUT_S:
-            self.failure = f"rank {self.rank} did not finish its init in {_INIT_TIMEOUT_S:g} s"
+            self.failure = f"worker {self.rank}: did not finish its init in {_INIT_TIMEOUT_S:g} s"
         else:
             return False
         self.process.kill()
@@ -523,12 +673,31 @@ def _round(
     finally:
         for invocation in invocations:
             invocation.close()
+            if invocation.failure is not None:
+                _log.warning("%s", invocation.failure)
+            if invocation.trace is not None:
+                _log.debug("worker %d's traceback:\n%s", invocation.rank, invocation.trace)
 
 
 def _forget(channel: ParameterChannel) -> None:
     """Delete the job's keys from a caller's Redis; if it is gone, there is nothing to delete."""
     with suppress(redis.RedisError):
         channel.cleanup()
+
+
+def check_resume(job: str, redis_url: str | None) -> None:
+    """Refuse, in one line, a `resume` of `job` that cannot be: no `redis_url` (the launcher's
+    own redis-server ends with its run, checkpoints and all), or not a job name."""
+    if redis_url is None:
+        raise LaunchError(
+            "`--resume` needs `--redis-url`, the Redis that holds the job's checkpoint: the "
+            "redis-server a launch starts itself ends with that launch, checkpoints and all"
+        )
+    if not _JOB_NAME.fullmatch(job):
+        raise LaunchError(
+            f"`--resume` {brief(job, 80)} is not a job name (letters, digits, `-` and `_`, "
+            "at most 64); give the job that a stopped or failed launch named"
+        )
 
 
 def run_local(
@@ -544,6 +713,7 @@ def run_local(
     warn: Callable[[str], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     controller: Planner | None = None,
+    resume: str | None = None,
 ) -> LaunchReport:
     """Train the spec's `functions` workers at `memory_mb` each for its `iterations`, for real.
 
@@ -556,9 +726,19 @@ def run_local(
     receives the capacity warning). With a `controller` (`launcher.adaptive.controller_for`)
     the run is checked where its decisions say; on a change of plan the group halts at a
     checkpoint, its cgroups are made again for the new n at m/1769 vCPU and the new ranks
-    resume from the checkpoint (`launcher.adaptive`). Raises `LaunchError` when the
-    plan cannot run, or when relaunches stop making progress; SIGINT, SIGTERM and SIGHUP
-    raise `Interrupted` (a KeyboardInterrupt) after the clean-up.
+    resume from the checkpoint (`launcher.adaptive`).
+
+    On a caller's Redis (`redis_url`) a finished run deletes its job's keys; one that failed
+    or was stopped keeps them until they expire (`spec.key_ttl_s` after the last checkpoint).
+    `resume` names such a job (its stop message does): the workers start from its last
+    checkpoint in Redis instead of iteration 0, with the same plan, workload and seed as
+    before. It needs `redis_url`, since the launcher's own redis-server ends with its run.
+
+    Raises `LaunchError` when the plan cannot run; `RunFailed` (a `LaunchError` carrying the
+    report, status "failed") when the run fails: a worker's `UnrecoverableError` (NaN or
+    infinite parameters, gradients or loss), relaunches that stop making progress, or no
+    finite final loss. SIGINT, SIGTERM and SIGHUP raise `Interrupted` (a KeyboardInterrupt)
+    after the clean-up.
     """
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         raise LaunchError(f"`timeout_s` must be a finite number of seconds > 0, got "
@@ -569,6 +749,8 @@ def run_local(
             f"need 0 <= timeout_margin_s ({margin:g}) < timeout_s ({timeout_s:g}) "
             f"and checkpoint_every ({checkpoint_every}) >= 1"
         )
+    if resume is not None:
+        check_resume(resume, redis_url)
     warning = check_capacity(spec, oversubscribe=oversubscribe, adaptive=controller is not None)
     check_workload(workload, seed)
     run = AdaptiveRun(spec, controller)
@@ -577,17 +759,20 @@ def run_local(
         warn(warning)
     if redis_url is not None:
         redis_client(redis_url).close()  # a bad URL is refused before anything starts
-    job = f"local-{uuid.uuid4().hex[:12]}"
+    job = resume if resume is not None else f"local-{uuid.uuid4().hex[:12]}"
     reported = -1
 
-    with _StopSignals() as stop, ExitStack() as stack:
+    with _StopSignals(job if redis_url is not None else None) as stop, ExitStack() as stack:
         url = redis_url if redis_url is not None else stack.enter_context(redis_server())
         try:
             client = stack.enter_context(redis_client(url))
-            channel = ParameterChannel(client, job, workers=spec.functions)
+            channel = ParameterChannel(client, job, workers=spec.functions,
+                                       key_ttl_s=spec.key_ttl_s)
+            first = 0 if resume is None else _resume(channel)
             if redis_url is not None:
-                stack.callback(_forget, channel)
-            cap = cap_cpu(job, spec.functions, spec.memory_mb)
+                _log.info("job %s: its keys expire %d s after its last checkpoint; after a "
+                          "stop, continue it with `--resume %s`", job, spec.key_ttl_s, job)
+            cap = cap_cpu(_cgroup_name(job), spec.functions, spec.memory_mb)
             stack.callback(lambda: cap.remove())  # the cap of the last round: `cap` is re-bound
             event = run.event(spec.worker_event(job=job, redis_url=url, settings={
                 "checkpoint_every": checkpoint_every, "timeout_margin_s": margin, "seed": seed,
@@ -605,8 +790,9 @@ def run_local(
                 elif request == "checkpoint":
                     channel.request_checkpoint()
 
-            run.begin()
+            run.begin(first)
             restarts, best, stalls = 0, -1, 0
+            failed: str | None = None
             launched: list[float] = []  # wall-clock launch time of each round
             while True:
                 stop.check()
@@ -615,6 +801,10 @@ def run_local(
                 invocations = _round(event, cap, timeout_s, channel, on_iteration, stop, env)
                 if all(i.result is not None and i.result["status"] == "done"
                        for i in invocations):
+                    break
+                fatal = next((i.failure for i in invocations if i.fatal), None)
+                if fatal is not None:  # a relaunch would meet it again
+                    failed = f"job {job} failed: {fatal}"
                     break
                 run.failed(sum(1 for i in invocations if i.failure))
                 round_ = channel.record_restart()
@@ -628,31 +818,60 @@ def run_local(
                     channel.set_halt(False)
                     _check_plan(new.functions, new.memory_mb, oversubscribe)
                     cap.remove()
-                    cap = cap_cpu(job, new.functions, new.memory_mb)
-                    channel = ParameterChannel(client, job, workers=new.functions)
+                    cap = cap_cpu(_cgroup_name(job), new.functions, new.memory_mb)
+                    channel = ParameterChannel(client, job, workers=new.functions,
+                                               key_ttl_s=spec.key_ttl_s)
                     event = run.event(event)
                 if stalls >= _STALL_LIMIT:
                     last = next((i.failure for i in reversed(invocations) if i.failure), "none")
-                    raise LaunchError(
-                        f"job {job}: {stalls} relaunches in a row resumed from iteration "
-                        f"{resumed} without progress; last failure: {last}"
-                    )
+                    failed = (f"job {job}: {stalls} relaunches in a row resumed from iteration "
+                              f"{resumed} without progress; last failure: {last}")
+                    break
             measured = time.monotonic() - run.began
             result, records = channel.result(), channel.timings()
+            iterations = channel.progress()["iteration"] if result is None else int(
+                result["iterations"])
+            if failed is None:
+                failed = _no_result(job, result)
+            if failed is None and redis_url is not None:
+                _forget(channel)
         except redis.RedisError as error:
             raise channel_failed(url, error) from None
-        if result is None:
-            raise LaunchError(f"job {job}: every worker returned done but no result was published")
-        on_iteration(int(result["iterations"]))
-        run.close(int(result["iterations"]))
-        return LaunchReport.of(
-            spec, backend="local", workload=workload, iterations=int(result["iterations"]),
-            restarts=restarts, wall_time_s=measured, result=result, runs_on=cap.description,
+        if failed is None:
+            on_iteration(iterations)
+        run.close(iterations)
+        report = LaunchReport.of(
+            spec, backend="local", workload=workload, iterations=iterations,
+            restarts=restarts, wall_time_s=measured, result=None if failed else result,
+            runs_on=cap.description,
             prediction=Prediction.of(spec, backend="local", workload=workload,
                                      timeout_s=timeout_s, timeout_margin_s=margin),
             timings=summarise(records, launched), throttled_share=cap.throttled_share(),
-            rounds=run.to_list(),
+            rounds=run.to_list(), error=failed,
         )
+    if report.error is not None:
+        raise RunFailed(report)
+    return report
+
+
+def _resume(channel: ParameterChannel) -> int:
+    """`channel.resume()`, its refusal as one line naming `--resume`."""
+    try:
+        return channel.resume()
+    except ChannelError as error:
+        raise LaunchError(f"`--resume` {channel.job}: {error}; launch it again without "
+                          "`--resume`, or give the `--redis-url` it ran on") from None
+
+
+def _no_result(job: str, result: dict[str, Any] | None) -> str | None:
+    """Why the metrics the workers published do not make a finished run (None: they do)."""
+    if result is None:
+        return f"job {job}: every worker returned done but no result was published"
+    loss = result.get("final_loss")
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss):
+        return (f"job {job} failed: its final loss is {brief(loss, 40)}, not a finite number; "
+                "the training diverged, or the result in Redis was not the workers'")
+    return None
 
 
 def local_capacity(*, reserve_cpus: int = 1) -> Capacity:

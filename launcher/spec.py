@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.timings import RunTimings
 from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
 from lambdadnn.solver.errors import InstanceError
@@ -34,10 +35,12 @@ if TYPE_CHECKING:
     from lambdadnn.solver.plan import Plan
 
 __all__ = [
-    "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec", "Prediction",
-    "default_margin", "limit_for", "read_plan",
+    "KEY_TTL_MARGIN_S", "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec",
+    "Prediction", "RunFailed", "default_margin", "limit_for", "read_plan",
 ]
 
+KEY_TTL_MARGIN_S = 86_400  # a job's Redis keys outlive its deadline by a day (`key_ttl_s`)
+_KEY_TTL_MAX_S = 366 * 86_400
 LAMBDA_MEMORY_MB = (128, 10_240)  # every shipped platform's grid lies within Lambda's range
 _STATUSES = ("optimal", "infeasible")
 _FIX = "write the plan with `lambdadnn solve X.yaml --json`"
@@ -215,14 +218,24 @@ class LaunchSpec:
     ) -> dict[str, Any]:
         """The event every rank receives (its `rank` is added per invocation).
 
-        Workers, iterations, local and global batch come from the spec; the rest from
-        `WORKER_DEFAULTS`, which `settings` override (both backends pass their own).
+        Workers, iterations, local and global batch and the channel's `key_ttl_s` come from
+        the spec; the rest from `WORKER_DEFAULTS`, which `settings` override (both backends
+        pass their own).
         """
         return {
             **WORKER_DEFAULTS, "job": job, "redis_url": redis_url, "workers": self.functions,
             "iterations": self.iterations, "local_batch": self.local_batch,
-            "global_batch": self.global_batch, **(settings or {}),
+            "global_batch": self.global_batch, "key_ttl_s": self.key_ttl_s, **(settings or {}),
         }
+
+    @property
+    def key_ttl_s(self) -> int:
+        """How long the job's Redis keys outlive their last checkpoint: the plan's deadline
+        (its instance's, else its predicted time) plus `KEY_TTL_MARGIN_S`, at most a year.
+        Long enough that a running job's keys never expire between two checkpoints (at most
+        one invocation apart), and that a stopped one can be resumed within the day."""
+        deadline = self.time_s if self.instance is None else self.instance.objective.deadline_s
+        return min(_KEY_TTL_MAX_S, math.ceil(max(deadline, self.time_s)) + KEY_TTL_MARGIN_S)
 
     @property
     def global_batch(self) -> int:
@@ -310,12 +323,13 @@ class Prediction:
 class LaunchReport:
     """What a launch measured beside what the model predicted; the same keys on both backends.
 
-    `final_loss` and `test_accuracy` are None when the workers published no result (a dry
-    run); `runs_on` says where the workers ran: their CPU cap locally, the function on AWS;
-    `workload` is what they trained (the event's: a shipped name or `module:factory`).
-    `measured_time_s` runs from the first launch to the last update applied, which is what
-    the model predicts; `wall_time_s` adds the final evaluation and the shutdown.
-    `predicted_time_s` is the model's for this run (`Prediction`): None, with
+    `status` is "done", or "failed" with `error` saying why (`RunFailed` carries that
+    report). `final_loss` and `test_accuracy` are None when the workers published no result
+    (a dry run, a failed run); `runs_on` says where the workers ran: their CPU cap locally,
+    the function on AWS; `workload` is what they trained (the event's: a shipped name or
+    `module:factory`). `measured_time_s` runs from the first launch to the last update
+    applied, which is what the model predicts; `wall_time_s` adds the final evaluation and
+    the shutdown. `predicted_time_s` is the model's for this run (`Prediction`): None, with
     `prediction_note` saying why, unless the plan's instance was profiled for this workload.
     Timings (see `launcher.timings.RunTimings`) are None when no iteration was timed;
     `throttled_share` is the share of CPU periods in which a worker's cgroup was throttled
@@ -354,17 +368,18 @@ class LaunchReport:
     test_accuracy: float | None
     runs_on: str
     rounds: tuple[dict[str, Any], ...]
+    error: str | None = None
 
     @classmethod
     def of(
         cls, spec: LaunchSpec, *, backend: str, workload: str, iterations: int, restarts: int,
         wall_time_s: float, result: Mapping[str, Any] | None, runs_on: str,
         prediction: Prediction, timings: RunTimings, throttled_share: float | None = None,
-        rounds: Sequence[Mapping[str, Any]] = (),
+        rounds: Sequence[Mapping[str, Any]] = (), error: str | None = None,
     ) -> LaunchReport:
-        """A finished run of `spec`; `result` is what the workers published (or None).
-        Without `rounds` (both backends give them), every invocation round ran the spec's
-        n."""
+        """A finished run of `spec`, "done" (or "failed" with the `error`); `result` is what
+        the workers published (or None). Without `rounds` (both backends give them), every
+        invocation round ran the spec's n."""
         def metric(key: str) -> float | None:
             value = (result or {}).get(key)
             return None if value is None else float(value)
@@ -372,8 +387,8 @@ class LaunchReport:
         predicted = prediction.time_s
         measured = wall_time_s if timings.training_s is None else timings.training_s
         return cls(
-            status="done", backend=backend, workload=workload, platform=spec.platform,
-            architecture=spec.architecture, functions=spec.functions,
+            status="done" if error is None else "failed", backend=backend, workload=workload,
+            platform=spec.platform, architecture=spec.architecture, functions=spec.functions,
             memory_mb=spec.memory_mb, local_batch=spec.local_batch, iterations=iterations,
             restarts=restarts, predicted_restarts=prediction.restarts,
             invocations=(sum(int(round_["invocations"]) for round_ in rounds) if rounds
@@ -388,7 +403,7 @@ class LaunchReport:
             iteration_p90_s=timings.iteration_p90_s, compute_s=timings.compute_s,
             exchange_s=timings.exchange_s, throttled_share=throttled_share,
             final_loss=metric("final_loss"), test_accuracy=metric("test_accuracy"),
-            runs_on=runs_on, rounds=tuple(dict(round_) for round_ in rounds),
+            runs_on=runs_on, rounds=tuple(dict(round_) for round_ in rounds), error=error,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -398,3 +413,12 @@ class LaunchReport:
                for key, value in asdict(self).items()}
         out["rounds"] = [dict(round_) for round_ in self.rounds]
         return out
+
+
+class RunFailed(LaunchError):
+    """A run that started and failed (diverged, tampered with, no progress): the message is
+    the report's `error`, and `report` what the run measured up to then."""
+
+    def __init__(self, report: LaunchReport) -> None:
+        super().__init__(report.error)
+        self.report = report

@@ -15,6 +15,7 @@ backend) their import is part of the init phase, not of the invocation's timeout
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Protocol
 
@@ -25,7 +26,12 @@ import sklearn.model_selection  # noqa: F401
 import torch
 from torch import nn
 
-from lambdadnn.launcher.channel import ParameterChannel
+from lambdadnn.launcher.channel import (
+    DEFAULT_KEY_TTL_S,
+    ParameterChannel,
+    UnrecoverableError,
+    finite,
+)
 from lambdadnn.launcher.workloads import Data, Workload, length, load_workload, sample
 
 __all__ = ["handler"]
@@ -73,6 +79,18 @@ def _gradient(workload: Workload, x: torch.Tensor, y: torch.Tensor) -> tuple[np.
     return torch.cat(grads).numpy().copy(), loss.item()
 
 
+_DIVERGED = "the training diverged (lower the workload's `lr`) or its data holds NaN"
+
+
+def _check_step(rank: int, iteration: int, gradient: np.ndarray, loss: float) -> None:
+    """Refuse to push a non-finite loss or gradient: averaged in, it would turn every rank's
+    parameters into NaN, and the run would end "done" with no loss to show."""
+    if not math.isfinite(loss):
+        raise UnrecoverableError(f"rank {rank}'s loss at iteration {iteration} is {loss}: "
+                                 f"{_DIVERGED}")
+    finite(gradient, f"rank {rank}'s gradient at iteration {iteration}", _DIVERGED)
+
+
 def _measure(workload: Workload, data: Data) -> tuple[float, float | None]:
     """Mean loss over `data` and accuracy (None unless class scores for integer labels)."""
     size = length(data)
@@ -90,6 +108,9 @@ def _measure(workload: Workload, data: Data) -> tuple[float, float | None]:
 
 def _evaluate(workload: Workload) -> dict[str, float | None]:
     train_loss, _ = _measure(workload, workload.train)
+    if not math.isfinite(train_loss):  # never a result that says "done" with no loss
+        raise UnrecoverableError(f"the final loss over the training set is {train_loss}: "
+                                 f"{_DIVERGED}")
     test_loss, accuracy = _measure(workload, workload.test)
     return {"final_loss": train_loss, "test_loss": test_loss, "test_accuracy": accuracy}
 
@@ -115,19 +136,23 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     Event: `rank`, `workers`, `job`, `redis_url`, `iterations` (total), `global_batch` (B,
     split over the ranks; default `local_batch` × `workers`), `checkpoint_every` (K),
     `timeout_margin_s`, `seed`, `workload` (a name or `package.module:factory`, which also
-    sets `lr` and `momentum`); optional `barrier_timeout_s`. Returns `{"status": "done" |
+    sets `lr` and `momentum`); optional `barrier_timeout_s` and `key_ttl_s` (the channel's
+    key expiry). Returns `{"status": "done" |
     "timeout", "rank", "iteration", ...}`; on "timeout" (the invocation's deadline is near,
     or the launcher asked the group to halt) the launcher invokes the ranks again, maybe
     another number of them, and they resume from the checkpoint. Every K iterations and
     before returning, it records its timings in the channel
     (`ParameterChannel.record_timings`; the last record says `returned`), so the launcher
-    reads a round's timings while it runs.
+    reads a round's timings while it runs. A loss or gradient that is NaN or infinite (the
+    training diverged), or parameters read back that are, raise `UnrecoverableError`: the
+    launcher then ends the run as failed, never as done.
     """
     torch.set_num_threads(1)
     with redis.Redis.from_url(event["redis_url"]) as client:
         channel = ParameterChannel(
             client, event["job"], workers=int(event["workers"]),
             barrier_timeout_s=float(event.get("barrier_timeout_s", 120.0)),
+            key_ttl_s=int(event.get("key_ttl_s", DEFAULT_KEY_TTL_S)),
         )
         return _train(event, context, channel)
 
@@ -195,6 +220,7 @@ def _train(
         stop = context.get_remaining_time_in_millis() < margin_ms
         index, weight = _batch(samples, global_batch, seed, iteration, rank, workers)
         gradient, loss = _gradient(workload, *sample(workload.train, torch.from_numpy(index)))
+        _check_step(rank, iteration, gradient, loss)
         computed = time.perf_counter()
         _load_flat(model, channel.exchange(rank, iteration, gradient * weight, loss, stop=stop))
         clock.lap(began, computed)

@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -45,3 +46,34 @@ def redis_url() -> Iterator[str]:
 def _repository_root(monkeypatch: pytest.MonkeyPatch) -> None:
     """Instance paths in tests are relative to the repository root, wherever pytest starts."""
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any start of redis-server, a cgroup or a worker fails the test loudly."""
+    import lambdadnn.launcher.local
+
+    def started(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the launch started something before refusing")
+
+    monkeypatch.setattr(lambdadnn.launcher.local, "redis_server", started)
+    monkeypatch.setattr(lambdadnn.launcher.local, "cap_cpu", started)
+
+
+@pytest.fixture
+def job_names(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job names of the parameter channels local launches open, in order."""
+    import redis
+
+    import lambdadnn.launcher.local
+    from lambdadnn.launcher.channel import ParameterChannel
+
+    names: list[str] = []
+
+    class Recording(ParameterChannel):
+        def __init__(self, client: redis.Redis, job: str, **kwargs: Any) -> None:
+            names.append(job)
+            super().__init__(client, job, **kwargs)
+
+    monkeypatch.setattr(lambdadnn.launcher.local, "ParameterChannel", Recording)
+    return names

@@ -1,18 +1,184 @@
-"""The README shows what the program does: its YAML example solves to the plan its tour prints."""
+"""The README runs as printed: every shell, console and Python block, in the README's order,
+in a fresh folder of a fresh home (as a user who installed lambdadnn and reads along would),
+with this venv's `bin` first on PATH; and its YAML example solves to the plan its tour prints.
+
+A block is skipped only when it is listed in SKIPPED, with the reason; a block that may run
+only after a later one (it says so) is listed in AFTER."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
-from click.testing import CliRunner
 
 from lambdadnn import load_instance, solve
-from lambdadnn.cli import main
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-TOUR_COMMAND = "$ lambdadnn solve instances/mobilenet-cifar10.yaml\n"
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+TOUR_COMMAND = "$ lambdadnn solve mobilenet-cifar10\n"
+RUN = ("sh", "bash", "console", "python")
+NOT_RUN = ("yaml", "text")  # data and abridged output: the YAML is checked below
+HANG_GUARD_S = 900  # a hung block fails the test instead of hanging it; no block takes this
+
+# A block containing the key is not run, for the reason given.
+SKIPPED = {
+    "make run    #": "`make run` and `make test` set up this checkout: `make test` is what runs "
+                    "this test",
+    "pip install .": "tests/test_packaging.py installs the wheel into a fresh venv and uses it "
+                     "from a folder outside the checkout (the dependencies need the network)",
+    "pip install torch --index-url": "downloads torch from PyTorch's index: the network",
+    "REGISTRY=ACCOUNT.dkr.ecr": "needs docker, the aws CLI and an AWS account with ECR; "
+                                "tests/test_image.py checks the image's build folder",
+    "lambdadnn deploy --print > stack.yaml": "needs the aws CLI, docker and an AWS account; "
+                                             "tests/test_deploy.py creates, reads and deletes "
+                                             "the stack on a moto server",
+}
+# A block containing the key runs right after the block containing the value (the README says
+# it needs that block's output).
+AFTER = {
+    "lambdadnn launch plan.json --adaptive": "lambdadnn profile --workload digits-cnn",
+}
+# The exit code the README documents for a console command, when it is not 0.
+EXIT_CODES = {"lambdadnn solve mobilenet-cifar10 --deadline-s 300 --json > fastest.json": 3}
+# Console lines whose figures are timings: only the timing may differ from the README's.
+TIMING = re.compile(r"\d[\d,]*(?:\.\d+)? m?s\b")
+TIMED_LINES = ("  search ", "  solve ")
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int
+    language: str
+    body: str
+
+    @property
+    def name(self) -> str:
+        return f"line-{self.line}-{self.language}"
+
+
+def blocks(text: str = README) -> list[Block]:
+    """Every fenced block of `text`, with the line its fence opens on."""
+    found = []
+    for match in re.finditer(r"^```(\S*)[^\n]*\n(.*?)^```[ \t]*$", text, re.S | re.M):
+        found.append(Block(text.count("\n", 0, match.start()) + 1, match.group(1),
+                           match.group(2)))
+    return found
+
+
+def _key(table: dict[str, str], block: Block) -> str | None:
+    keys = [key for key in table if key in block.body]
+    assert len(keys) <= 1, f"{block.name} matches several keys: {keys}"
+    return keys[0] if keys else None
+
+
+def runnable() -> list[Block]:
+    """The blocks to run, in the order a reader runs them (AFTER moves a block later)."""
+    order = [block for block in blocks() if block.language in RUN
+             and _key(SKIPPED, block) is None]
+    for block in [block for block in order if _key(AFTER, block) is not None]:
+        order.remove(block)
+        (anchor,) = [other for other in order if AFTER[_key(AFTER, block) or ""] in other.body]
+        order.insert(order.index(anchor) + 1, block)
+    return order
+
+
+def _environment(home: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "VIRTUAL_ENV") and not key.startswith("XDG_")}
+    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+    return env
+
+
+def _shown(lines: list[str]) -> list[str]:
+    return [TIMING.sub("…", line.rstrip()) if line.startswith(TIMED_LINES) else line.rstrip()
+            for line in lines]
+
+
+def _run_console(block: Block, cwd: Path, env: dict[str, str]) -> str | None:
+    """Each `$ command`; `$ cat FILE` writes FILE with the text shown (the reader's file). The
+    output must be the one shown, timings aside, with the documented exit code."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.body.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    for command, shown in steps:
+        if command.startswith("cat "):
+            (cwd / command.split()[1]).write_text("\n".join(shown) + "\n", encoding="utf-8")
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=HANG_GUARD_S)
+        expected = EXIT_CODES.get(command, 0)
+        if done.returncode != expected:
+            return f"`{command}` exited {done.returncode}, not {expected}:\n{done.stdout}"
+        if _shown(done.stdout.splitlines()) != _shown(shown):
+            return f"`{command}` printed\n{done.stdout}\nnot what the README shows"
+    return None
+
+
+def _run(block: Block, cwd: Path, env: dict[str, str]) -> str | None:
+    """What went wrong running `block` (None: it ran as printed)."""
+    if block.language == "console":
+        return _run_console(block, cwd, env)
+    first = block.body.splitlines()[0]
+    written = re.fullmatch(r"# ([\w/.-]+\.py)", first)
+    if block.language == "python" and written:  # a file the reader is told to create
+        path = cwd / written.group(1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(block.body, encoding="utf-8")
+        return None
+    command = (["python", "-c", block.body] if block.language == "python"
+               else ["bash", "-e", "-o", "pipefail", "-c", block.body])
+    done = subprocess.run(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=HANG_GUARD_S)
+    if done.returncode != 0:
+        return f"exit {done.returncode}:\n{done.stdout[-4000:]}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
+    """Run the README's blocks in a reader's order in ~/project of a new home; a block's
+    result is None when it ran as printed, else what went wrong."""
+    home = tmp_path_factory.mktemp("home")
+    project = home / "project"
+    project.mkdir()
+    # The Philly trace is downloaded from GitHub by the reader: a small one of ours stands in.
+    (project / "cluster_job_log").write_bytes(
+        (ROOT / "tests" / "data" / "philly" / "cluster_job_log").read_bytes())
+    env = _environment(home)
+    return {block.name: _run(block, project, env) for block in runnable()}
+
+
+@pytest.mark.parametrize("block", [b for b in blocks() if b.language in RUN],
+                         ids=lambda block: block.name)
+def test_readme_block_runs_as_printed(block: Block, walkthrough: dict[str, str | None]) -> None:
+    skipped = _key(SKIPPED, block)
+    if skipped is not None:
+        pytest.skip(SKIPPED[skipped])
+    problem = walkthrough[block.name]
+    assert problem is None, f"README {block.name}:\n{block.body}\n{problem}"
+
+
+def test_every_block_is_run_or_data() -> None:
+    """A new block needs a language the reader can tell and this test runs (or one of data);
+    every SKIPPED and AFTER key still names a block."""
+    unknown = [b.name for b in blocks() if b.language not in RUN + NOT_RUN]
+    assert unknown == [], f"blocks of no known language: {unknown}"
+    for key in [*SKIPPED, *AFTER, *AFTER.values()]:
+        assert sum(key in b.body for b in blocks()) == 1, f"{key!r} names no single block"
+
+
+def test_blocks_parses_languages_and_lines() -> None:
+    text = "intro\n```sh\necho a\n```\n\n```console\n$ x\ny\n```\n"
+    assert blocks(text) == [Block(2, "sh", "echo a\n"), Block(6, "console", "$ x\ny\n")]
 
 
 def _block(language: str, after: str = "") -> str:
@@ -35,18 +201,6 @@ def test_yaml_example_is_the_tours_instance_and_solves_to_the_tours_plan() -> No
     shown = "\n".join(_tour_output())
     assert f"plan       {plan.functions} functions × {plan.memory_mb:,} MB" in shown
     assert f"cost       ${plan.cost_usd:.6f}" in shown
-
-
-def test_tour_output_is_the_cli_output() -> None:
-    """Every line of the tour but the timing of the search is what the command prints."""
-    result = CliRunner().invoke(main, ["solve", "instances/mobilenet-cifar10.yaml"])
-    assert result.exit_code == 0
-    printed = result.stdout.splitlines()
-    shown = _tour_output()
-    timing = re.compile(r"\d[\d.,]* ms$")
-    assert len(printed) == len(shown)
-    for real, documented in zip(printed, shown, strict=True):
-        assert timing.sub("", real) == timing.sub("", documented)
 
 
 def test_solve_many_example_runs_and_meets_its_deadlines() -> None:
