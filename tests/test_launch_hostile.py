@@ -11,9 +11,11 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -484,4 +486,7 @@ def test_a_killed_launcher_takes_its_processes_with_it(
             for group in groups:
                 sweep_cgroups(group.parent)
             time.sleep(0.1)
+        # Its server's folder too (the next launch's sweep would: tests/test_launch_resume.py).
+        for folder in Path(tempfile.gettempdir()).glob(f"lambdadnn-redis-{process.pid}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
     assert not [group for group in groups if group.exists()]
