@@ -1116,13 +1116,13 @@ def launch_command(
     from lambdadnn.launcher.workloads import resolve_workload
     from lambdadnn.solver.inputs import brief
 
+    def aws_target(role: str) -> aws.AwsTarget:
+        return aws.AwsTarget(function_name, role, image_uri=image_uri, region=region,
+                             subnet_ids=_ids(subnet_ids),
+                             security_group_ids=_ids(security_group_ids))
+
     if print_policy:
-        target = None
-        if role_arn:
-            target = aws.AwsTarget(function_name, role_arn, image_uri=image_uri, region=region,
-                                   subnet_ids=_ids(subnet_ids),
-                                   security_group_ids=_ids(security_group_ids))
-        _emit_json(aws.required_policy(target))
+        _emit_json(aws.required_policy(aws_target(role_arn) if role_arn else None))
         return
     if source is None:
         raise InstanceError("`SOURCE` is missing: give a plan JSON or an instance YAML")
@@ -1140,9 +1140,7 @@ def launch_command(
         if not role_arn:
             raise InstanceError("`--role-arn` is needed for the aws backend (see --print-policy), "
                                 "or `--stack NAME`")
-        target = aws.AwsTarget(function_name, role_arn, image_uri=image_uri, region=region,
-                               subnet_ids=_ids(subnet_ids),
-                               security_group_ids=_ids(security_group_ids))
+        target = aws_target(role_arn)
     elif dry_run:
         raise InstanceError("`--dry-run` lists AWS calls; use it with `--backend aws`")
     elif stack or subnet_ids or security_group_ids:

@@ -99,11 +99,16 @@ def test_wheel_holds_only_the_lambdadnn_namespace_and_its_data(wheel: Path) -> N
     assert any(name.endswith("licenses/LICENSE") for name in names)
 
 
+def _outside_env() -> dict[str, str]:
+    """This environment without what would point Python back at the checkout or its venv."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def test_wheel_solves_a_users_instance_from_a_folder_with_decoys(
     fresh_venv: Path, decoy_folder: Path
 ) -> None:
     expected = solve(USER_INSTANCE).to_dict()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _outside_env()
     script = ("import json, lambdadnn; from lambdadnn import solve, Plan, LambdaDnnError; "
               "p = solve('my-net.yaml'); assert isinstance(p, Plan); "
               "print(json.dumps([lambdadnn.__file__, p.functions, p.memory_mb, p.cost_usd, "
@@ -124,7 +129,7 @@ def test_installed_package_takes_shipped_instances_by_name(
 ) -> None:
     """A user who installed the wheel names a shipped instance, from a folder that has none."""
     expected = solve(ROOT / "instances" / "mobilenet-cifar10.yaml")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _outside_env()
     script = ("import json; from lambdadnn import Submission, load_instance, solve, solve_many; "
               "i = load_instance('mobilenet-cifar10'); p = solve('mobilenet-cifar10'); "
               "s = solve_many([Submission('resnet50-cifar10')], concurrency=1000); "
@@ -146,14 +151,14 @@ def test_readmes_python_runs_for_an_installed_user(
 ) -> None:
     """The README's Python, run by the wheel's venv from an empty folder (no repository paths;
     its `# file.py` blocks are files to write, run by tests/test_readme.py)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _outside_env()
     _run([str(fresh_venv / "bin" / "python"), "-c", block.body], cwd=tmp_path, env=env)
 
 
 def test_installed_compare_finds_its_shipped_workloads(
     fresh_venv: Path, decoy_folder: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = _outside_env()
     report = json.loads(_run([str(fresh_venv / "bin" / "lambdadnn"), "compare", "--jobs", "3",
                               "--strategies", "lambdadnn", "--json"], cwd=decoy_folder, env=env))
     assert report["jobs"] == 3
