@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import logging
 import math
@@ -26,9 +27,12 @@ from lambdadnn.simulator.defaults import (
     ARRIVALS,
     DEFAULT_GUARANTEE,
     DEFAULT_POOL_SIZE,
+    HINDSIGHT_NAME,
     MAX_JOBS,
     MIXES,
+    MODEL_STRATEGY_NAMES,
     STRATEGY_NAMES,
+    WORLD_STRATEGY_NAMES,
 )
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError
 
@@ -36,6 +40,8 @@ from lambdadnn.solver.errors import InstanceError, NoValidPlanError
 # Pyomo nor matplotlib; these names are for annotations only.
 if TYPE_CHECKING:
     from lambdadnn.simulator.compare import StrategyReport
+    from lambdadnn.simulator.truth import Truth
+    from lambdadnn.simulator.world import World
     from lambdadnn.solver.plan import Evaluation, Plan
     from lambdadnn.solver.schedule import Schedule
 
@@ -568,15 +574,23 @@ def _phase_bar(label: str, phases: Sequence[str], *,
 
 
 def _report_table(reports: list[StrategyReport]) -> str:
+    against = any(r.met_of_hindsight_feasible is not None for r in reports)
     header = (f"  {'strategy':<19}{'met':>8}{'total $':>11}{'mean $':>10}{'explore $':>11}"
               f"{'mem GB':>8}{'GB-s':>14}{'|pred-sim| s':>14}{'wall s':>8}")
+    if against:
+        header += f"{'of feasible':>13}{'× hindsight $':>15}"
     lines = [header]
     for r in reports:
-        lines.append(
+        line = (
             f"  {r.name:<19}{r.deadline_met:>8.2%}{r.total_cost_usd:>11.2f}"
             f"{r.mean_cost_usd:>10.4f}{r.exploration_cost_usd:>11.2f}{r.mean_memory_gb:>8.1f}"
             f"{r.gb_seconds:>14,.0f}{r.mean_abs_prediction_error_s:>14.1f}{r.seconds:>8.1f}"
         )
+        if against:
+            share, ratio = r.met_of_hindsight_feasible, r.cost_vs_hindsight
+            line += (f"{'—' if share is None else f'{share:.2%}':>13}"
+                     f"{'—' if ratio is None else f'{ratio:.3f}':>15}")
+        lines.append(line)
     for r in reports:
         if r.abandoned:
             lines.append(
@@ -584,7 +598,26 @@ def _report_table(reports: list[StrategyReport]) -> str:
                 "(stuck in crashes, or too long to simulate): counted as missed, paid for what "
                 "they ran"
             )
+        if r.untrainable:
+            lines.append(
+                f"  note: {r.name}: {r.untrainable:,} job(s) untrainable where they ran (no "
+                "positive rate or storage bandwidth there): counted as missed, at no cost"
+            )
     return "\n".join(lines)
+
+
+def _world_json(world: World | None, truth_file: Path | None) -> dict[str, Any]:
+    """The world a run used, for `--json`: nothing for the model-family engine."""
+    if world is None:
+        return {}
+    return {"world": {"file": str(truth_file), "name": world.name, **world.to_mapping()}}
+
+
+def _truth_label(truth: Truth, world: World | None, truth_file: Path | None) -> str:
+    """What the jobs ran under, for the report's first line."""
+    if world is None:
+        return f"truth: {truth.label()}"
+    return f"world: {world.name or truth_file} ({world.label()}; independent engine)"
 
 
 def _progress_bars(enabled: bool) -> Callable[[str], Callable[[int, int], None]] | None:
@@ -625,6 +658,10 @@ noise_options = [
                  help="Run the jobs under a truth the planners do not see (repeatable): "
                       "rate_scale, saturates_at_mb, bandwidth_scale, startup_scale, compute_cv, "
                       "comm_cv, cold_start_median_s, failure_rate_per_h."),
+    click.option("--truth-file", "truth_file", metavar="WORLD.yaml",
+                 type=click.Path(dir_okay=False, path_type=Path),
+                 help="Run the jobs in this world of the independent engine instead "
+                      "(docs/WORLD.md; shipped worlds in instances/worlds/)."),
 ]
 
 
@@ -646,27 +683,31 @@ def _with_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
 @friendly
 def simulate_command(
     trace: Path, name: str, seed: int, pool_size: int, guarantee: float, failure_rate: float,
-    truth_items: tuple[str, ...], as_json: bool,
+    truth_items: tuple[str, ...], truth_file: Path | None, as_json: bool,
 ) -> None:
     """Replay a trace (CSV: submit_time_s,instance,epochs,deadline_s) with one strategy."""
     from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.compare import compare
+    from lambdadnn.simulator.compare import check_engine, compare
     from lambdadnn.simulator.trace import read_trace
     from lambdadnn.simulator.truth import Truth
+    from lambdadnn.simulator.worlds import load_world
 
     truth = Truth.parse(truth_items)
+    world = None if truth_file is None else load_world(truth_file)
+    check_engine([name], truth=truth, world=world)
     jobs = read_trace(trace)
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
     comparison = compare(jobs, [name], seed=seed, noise=noise, pool_size=pool_size,
-                         guarantee=guarantee, truth=truth, progress=_progress_bars(not as_json))
+                         guarantee=guarantee, truth=truth, world=world,
+                         progress=_progress_bars(not as_json))
     outcomes = comparison.outcomes[name]
     (report,) = comparison.reports()
     if as_json:
-        _emit_json({"truth": truth.changed(), "strategy": report.to_dict(),
-                    "jobs": [o.to_dict() for o in outcomes]})
+        _emit_json({"truth": truth.changed(), **_world_json(world, truth_file),
+                    "strategy": report.to_dict(), "jobs": [o.to_dict() for o in outcomes]})
         return
-    click.echo(f"{len(jobs)} jobs from {trace}, strategy {name}, seed {seed}, truth: "
-               f"{truth.label()}")
+    click.echo(f"{len(jobs)} jobs from {trace}, strategy {name}, seed {seed}, "
+               f"{_truth_label(truth, world, truth_file)}")
     click.echo(_report_table([report]))
 
 
@@ -682,8 +723,10 @@ def simulate_command(
               help="Arrival process of the generated trace.")
 @click.option("--mix", type=click.Choice(MIXES), default=MIXES[0], show_default=True,
               help="Job sizes of the generated trace (heavy: heavy-tailed epochs).")
-@click.option("--strategies", default=",".join(STRATEGY_NAMES), show_default=True,
-              help="Comma-separated strategy names.")
+@click.option("--strategies", metavar="NAMES",
+              help="Comma-separated strategy names [default: every strategy the engine runs: "
+                   f"{', '.join(MODEL_STRATEGY_NAMES)}; with --truth-file "
+                   f"{', '.join(WORLD_STRATEGY_NAMES)}].")
 @_with_options(noise_options)
 @click.option("--plot-dir", "--plots", "plots", cls=AliasedOption, metavar="DIR",
               type=click.Path(file_okay=False, path_type=Path),
@@ -692,20 +735,25 @@ def simulate_command(
 @friendly
 def compare_command(
     job_count: int, trace: Path | None, rate_per_s: float | None, arrival: str, mix: str,
-    strategies: str, seed: int, pool_size: int, guarantee: float, failure_rate: float,
-    truth_items: tuple[str, ...], plots: Path | None, as_json: bool,
+    strategies: str | None, seed: int, pool_size: int, guarantee: float, failure_rate: float,
+    truth_items: tuple[str, ...], truth_file: Path | None, plots: Path | None, as_json: bool,
 ) -> None:
     """Every strategy on the same simulated jobs: deadlines met, cost, memory, accuracy."""
     from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.compare import compare, plot_folder
+    from lambdadnn.simulator.compare import check_engine, compare, plot_folder
     from lambdadnn.simulator.compare import plot as plot_comparison
     from lambdadnn.simulator.strategies import check_names
     from lambdadnn.simulator.trace import DEFAULT_RATE_PER_S, generate_trace, read_trace
     from lambdadnn.simulator.truth import Truth
+    from lambdadnn.simulator.worlds import load_world
 
-    names = [name.strip() for name in strategies.split(",") if name.strip()]
+    default = MODEL_STRATEGY_NAMES if truth_file is None else WORLD_STRATEGY_NAMES
+    names = [name.strip() for name in (strategies or ",".join(default)).split(",")
+             if name.strip()]
     check_names(names, field="--strategies")
     truth = Truth.parse(truth_items)
+    world = None if truth_file is None else load_world(truth_file)
+    check_engine(names, truth=truth, world=world)
     if plots is not None:
         plot_folder(plots)  # before the simulation, which can take minutes
     if trace is not None and (rate_per_s is not None or (arrival, mix) != (ARRIVALS[0], MIXES[0])):
@@ -717,17 +765,23 @@ def compare_command(
     )
     noise = NoiseModel(failure_rate_per_hour=failure_rate)
     comparison = compare(jobs, names, seed=seed, noise=noise, pool_size=pool_size,
-                         guarantee=guarantee, truth=truth, progress=_progress_bars(not as_json))
+                         guarantee=guarantee, truth=truth, world=world,
+                         progress=_progress_bars(not as_json))
     reports = comparison.reports()
     written = plot_comparison(comparison.outcomes, plots) if plots else []
     if as_json:
         _emit_json({"jobs": len(jobs), "seed": seed, "guarantee": guarantee,
-                    "truth": truth.changed(), "strategies": [r.to_dict() for r in reports],
+                    "truth": truth.changed(), **_world_json(world, truth_file),
+                    "hindsight_feasible": comparison.hindsight_feasible,
+                    "strategies": [r.to_dict() for r in reports],
                     "plots": [str(p) for p in written]})
         return
     source = f"trace {trace}" if trace else f"{len(jobs)} generated jobs"
     click.echo(f"{source}, seed {seed}, pool {pool_size:,} functions, guarantee "
-               f"{guarantee:g}, truth: {truth.label()}")
+               f"{guarantee:g}, {_truth_label(truth, world, truth_file)}")
+    if comparison.hindsight_feasible is not None:
+        click.echo(f"hindsight meets {comparison.hindsight_feasible:,} of {len(jobs):,} "
+                   "deadlines: the denominator of 'of feasible'")
     click.echo(_report_table(reports))
     for path in written:
         click.echo(f"  plot written to {path}")
@@ -770,35 +824,68 @@ def _seed_value(text: str) -> int:
 
 
 def _sweep_text(result: Any, cells: int) -> str:
-    """The aggregates as a table: means ± the 95% interval's half-width over seeds."""
-    def shown(entry: dict[str, Any], form: str) -> str:
+    """The aggregates as a table: shares pooled over all jobs with their Wilson interval
+    (never of zero width), other figures as means ± the t interval's half-width over seeds."""
+    def share(entry: dict[str, Any] | None) -> str:
+        if entry is None or entry["pooled"] is None:
+            return "—"
+        low, high = entry["wilson_ci95"]
+        return f"{entry['pooled']:.2%} [{100 * low:.2f}, {high:.2%}]"
+
+    def shown(entry: dict[str, Any] | None, form: str) -> str:
+        if entry is None:
+            return "—"
         interval = entry["ci95"]
         spread = "(1 seed)" if interval is None else f"± {(interval[1] - interval[0]) / 2:{form}}"
         return f"{entry['mean']:{form}} {spread}"
 
-    lines = [f"{cells} cells on {result.workers} Dask worker(s) in {result.wall_s:.1f} s; "
-             "means over seeds ± the 95% Student t interval",
-             f"  {'strategy':<19}{'truth':<26}{'jobs/s':>7}  {'deadlines met':<19}"
-             f"{'mean $ per job':<21}{'total $':<18}"]
+    against = any("met_of_hindsight_feasible" in row for row in result.aggregates)
+    header = f"  {'strategy':<19}{'truth':<26}{'jobs/s':>7}  {'deadlines met':<26}"
+    if against:
+        header += f"{'of feasible':<26}{'× hindsight $':<18}"
+    lines = [f"{cells} cells on {result.workers} Dask worker(s) in {result.wall_s:.1f} s",
+             "  shares: over all jobs of all seeds pooled [95% Wilson interval]; costs: mean "
+             "over seeds ± 95% Student t interval over seeds (both intervals in --json)",
+             header + f"{'mean $ per job':<21}{'total $':<18}"]
     for row in result.aggregates:
-        lines.append(
-            f"  {row['strategy']:<19}{row['truth_label']:<26}{row['rate_per_s']:>7g}  "
-            f"{shown(row['deadline_met'], '.2%'):<19}{shown(row['mean_cost_usd'], '.4f'):<21}"
-            f"{shown(row['total_cost_usd'], ',.2f'):<18}"
-        )
+        line = (f"  {row['strategy']:<19}{row['truth_label']:<26}{row['rate_per_s']:>7g}  "
+                f"{share(row['deadline_met']):<26}")
+        if against:
+            line += (f"{share(row.get('met_of_hindsight_feasible')):<26}"
+                     f"{shown(row.get('cost_vs_hindsight'), '.3f'):<18}")
+        lines.append(line + f"{shown(row['mean_cost_usd'], '.4f'):<21}"
+                            f"{shown(row['total_cost_usd'], ',.2f'):<18}")
+    for row in result.aggregates:
+        if row["strategy"] == HINDSIGHT_NAME:
+            met = row["deadline_met"]
+            lines.append(f"  hindsight meets {met['successes']:,} of {met['trials']:,} deadlines "
+                         f"under {row['truth_label']} at {row['rate_per_s']:g} jobs/s (seeds "
+                         "pooled): the denominator of 'of feasible'")
     lines += [f"  plot written to {path}" for path in result.plots]
     return "\n".join(line.rstrip() for line in lines)
 
 
+_SWEEP_WORLD_NAMES = tuple(name for name in WORLD_STRATEGY_NAMES if name != HINDSIGHT_NAME)
+
+
 @main.command("sweep")
-@click.option("--strategies", default=",".join(STRATEGY_NAMES), show_default=True,
-              help="Comma-separated strategy names.")
+@click.option("--strategies", metavar="NAMES",
+              help="Comma-separated strategy names [default: "
+                   f"{', '.join(MODEL_STRATEGY_NAMES)}; with --truth-file "
+                   f"{', '.join(_SWEEP_WORLD_NAMES)}]. `hindsight` (with --truth-file) is "
+                   "slow: a full search of plans per job; with it, each seed runs all the "
+                   "strategies in one cell.")
 @click.option("--seeds", "seed_count", type=click.IntRange(1, _MAX_LIST), metavar="N",
               help="Run seeds 0..N-1 [default: 5].")
 @click.option("--seed-list", metavar="S1,S2,...", help="Run these seeds instead of --seeds.")
 @click.option("--truth", "truth_items", multiple=True, metavar="KEY=V1,V2,...",
               help="Add one truth per value, changing only KEY (repeatable; the truth as "
                    "believed is always run too).")
+@click.option("--truth-file", "truth_files", multiple=True, metavar="WORLD.yaml",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Run the cells in this world of the independent engine instead of "
+                   "--truth's (repeatable: one truth per world; docs/WORLD.md; shipped "
+                   "worlds in instances/worlds/).")
 @click.option("--jobs", "job_count", type=click.IntRange(1, MAX_JOBS), default=2000,
               show_default=True, help="Jobs per generated trace.")
 @click.option("--rates", default="0.2", show_default=True, metavar="R1,R2,...",
@@ -814,7 +901,8 @@ def _sweep_text(result: Any, cells: int) -> str:
               help="The planning quantile of the strategies that plan for one.")
 @click.option("--plot-dir", "--plots", "plots", cls=AliasedOption, metavar="DIR",
               type=click.Path(file_okay=False, path_type=Path),
-              help="Write the figures (met-rate and cost against each truth key) here.")
+              help="Write the figures (met-rate and cost against each truth key, or per "
+                   "world) here.")
 @click.option("--workers", type=click.IntRange(1, 1024), metavar="N",
               help="Processes of the local Dask cluster [default: usable cores].")
 @click.option("--scheduler", metavar="ADDRESS",
@@ -822,27 +910,38 @@ def _sweep_text(result: Any, cells: int) -> str:
 @json_option
 @friendly
 def sweep_command(
-    strategies: str, seed_count: int | None, seed_list: str | None,
-    truth_items: tuple[str, ...], job_count: int, rates: str, arrival: str, mix: str,
-    pool_size: int, guarantee: float, plots: Path | None, workers: int | None,
-    scheduler: str | None, as_json: bool,
+    strategies: str | None, seed_count: int | None, seed_list: str | None,
+    truth_items: tuple[str, ...], truth_files: tuple[Path, ...], job_count: int, rates: str,
+    arrival: str, mix: str, pool_size: int, guarantee: float, plots: Path | None,
+    workers: int | None, scheduler: str | None, as_json: bool,
 ) -> None:
     """Strategies × seeds × truths × arrival rates on Dask: means with 95% intervals.
 
-    Each cell (strategy, seed, truth, rate) is one `compare` run on its own seeded trace; the
-    cells fan out over a local Dask cluster (or --scheduler's) and give exactly the numbers of
-    a serial run.
+    Each cell (strategy, seed, truth, rate) is one `compare` run on its own seeded trace,
+    under a --truth or in a --truth-file world; the cells fan out over a local Dask cluster
+    (or --scheduler's) and give exactly the numbers of a serial run.
     """
     from lambdadnn.simulator.strategies import check_names
-    from lambdadnn.simulator.sweep import Setup, SweepInterrupted, one_factor_truths, sweep
+    from lambdadnn.simulator.sweep import (
+        Setup,
+        SweepInterrupted,
+        named_worlds,
+        one_factor_truths,
+        sweep,
+    )
 
-    names = [name.strip() for name in strategies.split(",") if name.strip()]
+    default = _SWEEP_WORLD_NAMES if truth_files else MODEL_STRATEGY_NAMES
+    names = [name.strip() for name in (strategies or ",".join(default)).split(",")
+             if name.strip()]
     check_names(names, field="--strategies")
+    if truth_items and truth_files:
+        raise InstanceError("`--truth` and `--truth-file` both choose the truths; give one "
+                            "(a world's effects go in its file)")
     if seed_count is not None and seed_list is not None:
         raise InstanceError("`--seeds` and `--seed-list` both choose the seeds; give one")
     seeds = (_sweep_list(seed_list, "--seed-list", _seed_value, "integers ≥ 0")
              if seed_list is not None else list(range(seed_count or 5)))
-    truths = one_factor_truths(truth_items)
+    truths = named_worlds(truth_files) if truth_files else one_factor_truths(truth_items)
     rate_values = _sweep_list(rates, "--rates", _positive_rate, "positive numbers (jobs/s)")
     setup = Setup(job_count, arrival=arrival, mix=mix, pool_size=pool_size, guarantee=guarantee)
     cells = len(names) * len(seeds) * len(truths) * len(rate_values)
@@ -1044,6 +1143,48 @@ def _rounds_lines(rounds: tuple[dict[str, Any], ...]) -> list[str]:
     return lines
 
 
+def _rehearse(
+    source: Path, truth_file: Path, *, platform: str | None, force: bool, adaptive: bool,
+    seed: int, as_json: bool,
+) -> None:
+    """`launch --truth-file`: the plan (or, with --adaptive, the controller's plans) run in
+    the world instead of launched, the report in the launch's terms."""
+    from lambdadnn.models.noise import NoiseModel
+    from lambdadnn.simulator.replanners import ControllerReplanner
+    from lambdadnn.simulator.worlds import load_world, rehearse
+
+    world = load_world(truth_file)
+    spec = _plan_to_launch(source, platform, force)
+    if spec.instance is None:
+        raise InstanceError("`SOURCE` carries no instance (instance_spec) to rehearse; give the "
+                            "instance YAML or a plan from `lambdadnn solve --json`")
+    if seed < 0:
+        raise InstanceError(f"`--seed` must be ≥ 0 to rehearse, got {seed}")
+    replanner = ControllerReplanner(spec.instance, spec.guarantee, NoiseModel()) if adaptive \
+        else None
+    rehearsal = rehearse(spec.instance, spec.functions, spec.memory_mb, world, seed=seed,
+                         replanner=replanner)
+    found = rehearsal.to_dict()
+    if as_json:
+        _emit_json({"world": {"file": str(truth_file), "name": world.name}, "seed": seed,
+                    "predicted_time_s": spec.time_s, **found})
+        return
+    run = rehearsal.run
+    verdict = "meets" if rehearsal.met else "misses"
+    click.echo(f"rehearsed in world {world.name or truth_file} (independent engine, seed "
+               f"{seed}): {rehearsal.functions} functions × {rehearsal.memory_mb:,} MB — "
+               f"{found['status']}")
+    click.echo(f"  time           {_seconds(run.time_s)} ({verdict} the "
+               f"{_seconds(rehearsal.deadline_s)} deadline; the plan predicted "
+               f"{_seconds(spec.time_s)})")
+    click.echo(f"  cost           ${run.cost_usd:.4f} ({run.gb_seconds:,.0f} GB-s)")
+    click.echo(f"  restarts       {run.restarts}, crashes {run.failures}, switches "
+               f"{run.switches}")
+    for (_, *before), (at_s, functions, memory_mb) in itertools.pairwise(rehearsal.decisions):
+        if [functions, memory_mb] != before:
+            click.echo(f"  switched at {_seconds(at_s)} to {functions} × {memory_mb:,} MB")
+
+
 def _ids(text: str | None) -> tuple[str, ...]:
     """`--subnet-ids a,b` as ('a', 'b'); `AwsTarget` checks each ID."""
     return tuple(part.strip() for part in text.split(",")) if text else ()
@@ -1090,6 +1231,10 @@ def _ids(text: str | None) -> tuple[str, ...]:
               help="Local: continue JOB (named when a launch stops) from its last checkpoint, "
                    "which must be in --redis-url's Redis: the redis-server a launch starts "
                    "itself ends with it. A job's keys expire a day after its deadline.")
+@click.option("--truth-file", "truth_file", metavar="WORLD.yaml",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Rehearse: play the launch in this world of the independent engine "
+                   "(docs/WORLD.md) under --seed's luck; nothing starts.")
 @platform_option
 @json_option
 @friendly
@@ -1099,7 +1244,7 @@ def launch_command(
     role_arn: str | None, image_uri: str | None, stack: str | None, subnet_ids: str | None,
     security_group_ids: str | None, region: str, endpoint_url: str | None, dry_run: bool,
     print_policy: bool, oversubscribe: bool, force: bool, adaptive: bool, platform: str | None,
-    as_json: bool, resume: str | None,
+    as_json: bool, resume: str | None, truth_file: Path | None,
 ) -> None:
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
 
@@ -1126,6 +1271,18 @@ def launch_command(
         return
     if source is None:
         raise InstanceError("`SOURCE` is missing: give a plan JSON or an instance YAML")
+    if truth_file is not None:
+        launching = [name for name, given in (
+            ("--backend aws", backend == "aws"), ("--dry-run", dry_run),
+            ("--resume", resume is not None), ("--redis-url", redis_url is not None),
+            ("--stack", stack is not None), ("--workload", workload is not None),
+        ) if given]
+        if launching:
+            raise InstanceError(f"`--truth-file` rehearses the launch in a world, where nothing "
+                                f"starts; drop `{launching[0]}` or `--truth-file`")
+        _rehearse(source, truth_file, platform=platform, force=force, adaptive=adaptive,
+                  seed=seed, as_json=as_json)
+        return
     target = None
     if backend == "aws":
         if stack is not None:

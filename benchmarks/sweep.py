@@ -4,7 +4,7 @@ Run as ``.venv/bin/python -m benchmarks.sweep [--jobs 2000] [--seeds 5] [--seria
 [--workers N] [--json]`` on an otherwise idle machine (it takes every core for minutes).
 Issue 10's target: that sweep, through the local Dask cluster, within `TARGET_S` on this
 2-core machine. The truths are the belief, `rate_scale=0.8` and `compute_cv=0.2`; the
-strategies are `WANTED` (what is missing from `STRATEGY_NAMES` is replaced by other
+strategies are `WANTED` (what is missing from `MODEL_STRATEGY_NAMES` is replaced by other
 strategies, and said so).
 
 In the same run, the cells of the first `--serial-seeds` seeds run again serially in this
@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from lambdadnn.simulator.defaults import STRATEGY_NAMES
+from lambdadnn.simulator.defaults import MODEL_STRATEGY_NAMES
 from lambdadnn.simulator.sweep import Setup, grid, run_serial, sweep, usable_cores
 from lambdadnn.simulator.trace import DEFAULT_RATE_PER_S
 from lambdadnn.simulator.truth import Truth
@@ -37,9 +37,10 @@ ISSUE = {"jobs": 2000, "seeds": 5}
 
 def strategies() -> tuple[list[str], list[str]]:
     """Six strategies: `WANTED` where they exist, then others; and the missing wanted ones."""
-    chosen = [name for name in WANTED if name in STRATEGY_NAMES]
-    missing = [name for name in WANTED if name not in STRATEGY_NAMES]
-    chosen += [name for name in STRATEGY_NAMES if name not in chosen][: len(WANTED) - len(chosen)]
+    chosen = [name for name in WANTED if name in MODEL_STRATEGY_NAMES]
+    missing = [name for name in WANTED if name not in MODEL_STRATEGY_NAMES]
+    others = [name for name in MODEL_STRATEGY_NAMES if name not in chosen]
+    chosen += others[: len(WANTED) - len(chosen)]
     return chosen, missing
 
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
               f"truths, {args.jobs:,} jobs each) on {result.workers} Dask workers: "
               f"{result.wall_s:.1f} s")
         if missing:
-            print(f"  not yet in STRATEGY_NAMES: {', '.join(missing)}; ran {', '.join(names)}")
+            print(f"  not in MODEL_STRATEGY_NAMES: {', '.join(missing)}; ran {', '.join(names)}")
         if estimate is not None:
             print(f"  serial, {len(subset)} seed(s): {serial_s:.1f} s → all seeds ≈ "
                   f"{estimate:.1f} s; speed-up {row['speed_up']:.2f}×; identical numbers: "

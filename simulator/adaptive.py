@@ -55,7 +55,7 @@ from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import Instance
 
-__all__ = ["AdaptiveRun", "Leg", "run_adaptive"]
+__all__ = ["AdaptiveRun", "Leg", "capped", "run_adaptive"]
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,15 @@ def _check(
         )
 
 
+def capped(instance: Instance, max_functions: int) -> Instance:
+    """The instance with at most `max_functions` functions (a pool's size)."""
+    if instance.max_functions <= max_functions:
+        return instance
+    return dataclasses.replace(
+        instance, limits=dataclasses.replace(instance.limits, max_functions=max_functions)
+    )
+
+
 def run_adaptive(
     belief: Instance, truth: Instance, true_noise: NoiseModel, *, guarantee: float | None,
     noise: NoiseModel, budget_s: float, rng: np.random.Generator,
@@ -174,10 +183,8 @@ def run_adaptive(
     Raises `InstanceError` for unusable inputs and `NoValidPlanError` when no plan is valid.
     """
     _check(belief, truth, true_noise, noise, budget_s, rng, max_functions)
-    if max_functions is not None and max_functions < belief.max_functions:
-        belief = dataclasses.replace(
-            belief, limits=dataclasses.replace(belief.limits, max_functions=int(max_functions))
-        )
+    if max_functions is not None:
+        belief = capped(belief, int(max_functions))
     controller = Controller.start(belief, guarantee=guarantee, noise=noise,
                                   deadline_s=float(budget_s))
     batch, total = controller.global_batch, controller.iterations

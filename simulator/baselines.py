@@ -37,6 +37,7 @@ from lambdadnn.simulator.adaptive import AdaptiveRun
 from lambdadnn.simulator.engine import TrialRun
 from lambdadnn.simulator.ldnn_alg1 import PUBLISHED_MAX_MB, n_upper
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
+from lambdadnn.simulator.replan import Replanner
 from lambdadnn.solver.instance import Instance, MemoryGrid
 from lambdadnn.solver.pipeline import evaluate
 
@@ -53,8 +54,10 @@ class StrategyPlan:
     `memory_mb` are 0 and `predicted_time_s` is infinite. `trials` are the profiling stages
     run for this job, in order, as (functions held, seconds); trials run side by side form
     one stage. The pool runs them before the job: they hold functions and count against its
-    deadline. A strategy that re-plans as the job runs also gives `adaptive`: the pool runs
-    the job with it, and the plan above is only the first.
+    deadline. A strategy that re-plans as the job runs also gives `adaptive` (run by the
+    model-family engine) or `replanner` (a factory of a fresh `simulator.replan.Replanner` for
+    the job, run in the independent world): the pool runs the job with it, and the plan above
+    is only the first (or, for a re-planner that picks its own, the functions it starts with).
     """
 
     functions: int
@@ -65,6 +68,7 @@ class StrategyPlan:
     found: bool
     trials: tuple[tuple[int, float], ...] = ()
     adaptive: Adaptive | None = None
+    replanner: Callable[[], Replanner] | None = None
 
 
 # A profiling trial under the truth: (functions, memory_mb, iterations, max_s, rng) →

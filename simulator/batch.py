@@ -50,13 +50,14 @@ from dataclasses import dataclass
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.baselines import NO_PLAN, StrategyPlan
 from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE
-from lambdadnn.simulator.engine import simulate_job
+from lambdadnn.simulator.engine import UntrainablePlan, simulate_job
 from lambdadnn.simulator.pool import (
     LATE_BUDGET_S,
     RUN_STREAM,
     JobOutcome,
     job_outcome,
     job_rng,
+    untrainable,
 )
 from lambdadnn.simulator.trace import Job, check_seed
 from lambdadnn.simulator.truth import Truth
@@ -214,16 +215,20 @@ def run_batch(
         for entry in now:
             index = waiting[entry.index]
             job = jobs[index]
-            run = simulate_job(
-                truth.instance(job.instance), entry.functions, entry.memory_mb,
-                noise=true_noise, rng=job_rng(seed, index, RUN_STREAM),
-            )
-            start = capacity.take(entry.start_s, entry.functions, run.time_s)
-            running.append(_Running(start, entry.time_s, start + run.time_s, entry.functions))
             expected = evaluate(job.instance, functions=entry.functions,
                                 memory_mb=entry.memory_mb, guarantee=guarantee, noise=belief)
             plan = StrategyPlan(entry.functions, entry.memory_mb, expected.time_s, 0.0, 0,
                                 found=True)
+            try:
+                run = simulate_job(
+                    truth.instance(job.instance), entry.functions, entry.memory_mb,
+                    noise=true_noise, rng=job_rng(seed, index, RUN_STREAM),
+                )
+            except UntrainablePlan:
+                done(index, untrainable(index, job, plan))
+                continue
+            start = capacity.take(entry.start_s, entry.functions, run.time_s)
+            running.append(_Running(start, entry.time_s, start + run.time_s, entry.functions))
             done(index, job_outcome(
                 index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
                 gb_seconds=run.gb_seconds, restarts=run.restarts, failures=run.failures,

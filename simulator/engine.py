@@ -94,6 +94,12 @@ MAX_WORKER_ITERATIONS = 50_000_000
 MAX_TRIAL_ITERATIONS = 1_000  # a profiling trial is short by definition
 
 
+class UntrainablePlan(InstanceError):
+    """The plan cannot train on the instance run (R ≤ 0, B_f^s ≤ 0 or b_l < 1). A replay
+    records the job as missed (status 'untrainable'): the truth may make a workload
+    untrainable that the belief says trains."""
+
+
 @dataclass(frozen=True)
 class JobRun:
     """What one simulated run of a plan took and cost."""
@@ -220,7 +226,7 @@ class PlanRun:
         if not all(math.isfinite(x) and x > 0 for x in usable) or (
             f["local_batch"] < 1 - BATCH_SLACK
         ):
-            raise InstanceError(
+            raise UntrainablePlan(
                 f"plan ({functions} functions, {memory_mb} MB) is not valid for "
                 f"{brief(instance.name)}: it needs a positive rate and storage bandwidth and a "
                 "local batch of at least 1; check it with `lambdadnn evaluate`"

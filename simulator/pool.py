@@ -18,6 +18,7 @@ asks for the fastest plan).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -29,11 +30,19 @@ import numpy as np
 
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.adaptive import AdaptiveRun
-from lambdadnn.simulator.baselines import Strategy, StrategyPlan
+from lambdadnn.simulator.baselines import NO_PLAN, Measure, Strategy, StrategyPlan
 from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
-from lambdadnn.simulator.engine import JobRun, TrialRun, simulate_job, simulate_trial
+from lambdadnn.simulator.engine import (
+    JobRun,
+    TrialRun,
+    UntrainablePlan,
+    simulate_job,
+    simulate_trial,
+)
 from lambdadnn.simulator.trace import Job, check_seed
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.simulator.world import World, WorldRun
+from lambdadnn.simulator.worlds import WorldRunner
 from lambdadnn.solver.capacity import Capacity
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
@@ -42,7 +51,7 @@ from lambdadnn.solver.instance import Instance
 _PLAN_STREAM, RUN_STREAM = 0, 1
 LATE_BUDGET_S = 1e-3  # the time budget of an adaptive job that waited past its deadline
 
-Status = Literal["ok", "no-plan", "abandoned"]
+Status = Literal["ok", "no-plan", "abandoned", "untrainable"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,10 @@ class JobOutcome:
     nothing and it misses its deadline; `functions`, `memory_mb` and `predicted_time_s` are
     the strategy's answer, exploration what it spent deciding. A job with status 'abandoned'
     ran into one of the simulator's limits (`simulator.engine`, "Limits"): it holds its
-    functions and pays for the time it ran until then, and misses its deadline.
+    functions and pays for the time it ran until then, and misses its deadline. A job with
+    status 'untrainable' could not train at all in the truth or world it ran in (its plan, or
+    a trial's, has no positive rate or storage bandwidth there): it starts at its submission,
+    takes no time, costs nothing and misses its deadline; it never stops the replay.
     """
 
     index: int
@@ -139,6 +151,7 @@ def run_trace(
     noise: NoiseModel,
     seed: int,
     truth: Truth | None = None,
+    world: World | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[JobOutcome]:
     """Plan, queue and simulate every job; outcomes in the order of `jobs`.
@@ -146,8 +159,10 @@ def run_trace(
     `plan_for(instance, rng, noise, measure)` is a strategy (`simulator.strategies`), called
     once per job in submission order (ties by index) with the job's instance and `noise`:
     the belief. The engine runs the job, and `measure` the strategy's profiling trials, under
-    `truth` (`simulator.truth`), which the strategy never sees. The trials run first, one
-    after another, each holding its functions in the pool for its seconds; the job starts
+    `truth` (`simulator.truth`), which the strategy never sees; or, given `world`, the
+    independent engine (`simulator.world`) runs them in that world, each job's run keyed by
+    (seed, index) whatever its plan (`simulator.worlds.WorldRunner`). The trials run first,
+    one after another, each holding its functions in the pool for its seconds; the job starts
     after the last. `progress(done, total)` is called after each job. Events are kept in a
     heap of running jobs' end times: O(jobs · log jobs) on top of the planning and simulation.
     """
@@ -158,6 +173,7 @@ def run_trace(
     seed = check_seed(seed)
     truth = Truth() if truth is None else truth
     true_noise = truth.noise(noise)
+    runner = None if world is None else WorldRunner(world, seed)
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time_s, i))
     outcomes: dict[int, JobOutcome] = {}
     capacity = Capacity(int(pool_size))
@@ -165,14 +181,19 @@ def run_trace(
     for done, index in enumerate(order, start=1):
         job = jobs[index]
         true_instance = truth.instance(job.instance)
-        measure = functools.partial(_trial, true_instance, true_noise)
-        plan = plan_for(job.instance, job_rng(seed, index, _PLAN_STREAM), noise, measure)
+        measure: Measure = (
+            functools.partial(_trial, true_instance, true_noise) if runner is None
+            else runner.trials(index, job.instance)
+        )
+        try:
+            plan = plan_for(job.instance, job_rng(seed, index, _PLAN_STREAM), noise, measure)
+        except UntrainablePlan:  # a trial's plan cannot train in the truth
+            outcomes[index] = untrainable(index, job, NO_PLAN)
+            _report(progress, done, len(jobs))
+            continue
         held = [functions for functions, _ in plan.trials] + [plan.functions]
         if not plan.found or max(held) > pool_size:
-            outcomes[index] = job_outcome(
-                index, job, plan, math.inf, time_s=math.inf, cost_usd=0.0, gb_seconds=0.0,
-                restarts=0, failures=0, status="no-plan",
-            )
+            outcomes[index] = _no_plan(index, job, plan)
         else:
             # The trial stages run one after another, each once its functions are free, then
             # the job; the job's first stage sets its place in the queue.
@@ -181,35 +202,94 @@ def run_trace(
                 start = capacity.take(start, functions, seconds)
                 first_start = start if stage == 0 else first_start
                 start += seconds
-            run: JobRun | AdaptiveRun
-            if plan.adaptive is None:
-                run = simulate_job(
-                    true_instance, plan.functions, plan.memory_mb, noise=true_noise,
-                    rng=job_rng(seed, index, RUN_STREAM),
-                )
-                start = capacity.take(start, plan.functions, run.time_s)
-                end = start + run.time_s
-                restarts = run.restarts
+            try:
+                ran = _run(index, job, plan, true_instance, true_noise, runner, capacity, start,
+                           seed=seed, pool_size=int(pool_size))
+            except UntrainablePlan:
+                outcomes[index] = untrainable(index, job, plan)
+                _report(progress, done, len(jobs))
+                continue
+            if ran is None:  # a re-planner with no first plan
+                outcomes[index] = _no_plan(index, job, plan)
             else:
-                start = capacity.earliest(start, plan.functions, plan.predicted_time_s)
-                budget = job.deadline_s - (start - job.submit_time_s)
-                run = plan.adaptive(
-                    true_instance, true_noise, budget if budget > 0 else LATE_BUDGET_S,
-                    job_rng(seed, index, RUN_STREAM), int(pool_size),
-                )
-                end = start
-                for stage, (functions, seconds) in enumerate(run.stages):
-                    end = capacity.take(end, functions, seconds)
-                    start = end if stage == 0 else start
-                    end += seconds
-                restarts = run.restarts + run.switches
-            first_start = first_start if plan.trials else start
-            capacity.forget(first_start)
-            outcomes[index] = job_outcome(
-                index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
-                gb_seconds=run.gb_seconds, restarts=restarts, failures=run.failures,
-                status="ok" if run.finished else "abandoned", end=end,
-            )
-        if progress is not None:
-            progress(done, len(jobs))
+                start, outcome = ran
+                first_start = first_start if plan.trials else start
+                capacity.forget(first_start)
+                outcomes[index] = outcome
+        _report(progress, done, len(jobs))
     return [outcomes[index] for index in range(len(jobs))]
+
+
+def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+def untrainable(index: int, job: Job, plan: StrategyPlan) -> JobOutcome:
+    """A job whose plan cannot train where it runs: a recorded miss (see `JobOutcome`)."""
+    return job_outcome(
+        index, job, plan, job.submit_time_s, time_s=0.0, cost_usd=0.0, gb_seconds=0.0,
+        restarts=0, failures=0, status="untrainable",
+    )
+
+
+def _no_plan(index: int, job: Job, plan: StrategyPlan) -> JobOutcome:
+    return job_outcome(
+        index, job, plan, math.inf, time_s=math.inf, cost_usd=0.0, gb_seconds=0.0,
+        restarts=0, failures=0, status="no-plan",
+    )
+
+
+def _run(
+    index: int, job: Job, plan: StrategyPlan, true_instance: Instance, true_noise: NoiseModel,
+    runner: WorldRunner | None, capacity: Capacity, start: float, *, seed: int, pool_size: int,
+) -> tuple[float, JobOutcome] | None:
+    """Run one planned job from `start` on (its functions taken from the pool): its first
+    stage's start and its outcome; None when a re-planner had no first plan."""
+    run: JobRun | AdaptiveRun | WorldRun
+    stages: tuple[tuple[int, float], ...] | None = None
+    if runner is not None and plan.replanner is None:
+        run = runner.run(index, job.instance, plan.functions, plan.memory_mb)
+        restarts = run.restarts
+    elif runner is None and plan.adaptive is None:
+        run = simulate_job(
+            true_instance, plan.functions, plan.memory_mb, noise=true_noise,
+            rng=job_rng(seed, index, RUN_STREAM),
+        )
+        restarts = run.restarts
+    else:
+        start = capacity.earliest(start, max(1, plan.functions), plan.predicted_time_s)
+        budget = job.deadline_s - (start - job.submit_time_s)
+        budget = budget if budget > 0 else LATE_BUDGET_S
+        if runner is not None:
+            assert plan.replanner is not None
+            replanned = runner.replanned(index, job.instance, plan.replanner(), budget,
+                                         pool_size)
+            if replanned is None:
+                return None
+            run, stages = replanned.run, replanned.run.stages
+            plan = dataclasses.replace(plan, functions=replanned.first.functions,
+                                       memory_mb=replanned.first.memory_mb)
+            restarts = run.restarts + run.switches
+        else:
+            assert plan.adaptive is not None
+            run = plan.adaptive(true_instance, true_noise, budget,
+                                job_rng(seed, index, RUN_STREAM), pool_size)
+            stages = run.stages
+            restarts = run.restarts + run.switches
+    if isinstance(run, WorldRun) and run.reason == "untrainable":
+        raise UntrainablePlan(f"plan {plan.functions} × {plan.memory_mb} MB cannot train")
+    if stages is None:
+        start = capacity.take(start, plan.functions, run.time_s)
+        end = start + run.time_s
+    else:
+        end = start
+        for stage, (functions, seconds) in enumerate(stages):
+            end = capacity.take(end, functions, seconds)
+            start = end if stage == 0 else start
+            end += seconds
+    return start, job_outcome(
+        index, job, plan, start, time_s=run.time_s, cost_usd=run.cost_usd,
+        gb_seconds=run.gb_seconds, restarts=restarts, failures=run.failures,
+        status="ok" if run.finished else "abandoned", end=end,
+    )

@@ -1,16 +1,20 @@
 """Every strategy the simulator compares, by name, built fresh for each run.
 
 Strategies that learn (the tuners) keep state across the jobs of one run, so each run gets
-new ones. `clairvoyant` is `lambdadnn` told the truth: the instance and noise the engine
-really runs (`simulator.truth`). It is the floor no planner can beat at the same guarantee;
-every other strategy sees only the belief. `lambdadnn-adaptive` starts from `lambdadnn`'s plan
-and lets the controller (`solver.adaptive`) re-plan the job at every check as it runs
-(`simulator.adaptive`).
+new ones. `clairvoyant` is `lambdadnn` told the truth's model parameters: the instance and
+noise the model-family engine really runs (`simulator.truth`). It is a static planner, not an
+oracle: it still plans one plan from the model and can miss where a strategy that re-plans
+does not. The reference every static planner is judged against is `hindsight`
+(`simulator.hindsight`), in the independent world. Every other strategy sees only the belief.
+`lambdadnn-adaptive` starts from `lambdadnn`'s plan and lets the controller
+(`solver.adaptive`) re-plan the job at every check as it runs (`simulator.adaptive`, or
+`simulator.replan` in the independent world), as do `replan-heuristic` and `siren` there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -26,7 +30,14 @@ from lambdadnn.simulator.baselines import (
     ldnn_alg1_q,
     naive,
 )
-from lambdadnn.simulator.defaults import BATCH_NAME, DEFAULT_GUARANTEE, STRATEGY_NAMES
+from lambdadnn.simulator.defaults import (
+    BATCH_NAME,
+    DEFAULT_GUARANTEE,
+    HINDSIGHT_NAME,
+    STRATEGY_NAMES,
+)
+from lambdadnn.simulator.replan import Replanner
+from lambdadnn.simulator.replanners import ControllerReplanner, ScaleOutReplanner
 from lambdadnn.simulator.truth import Truth
 from lambdadnn.simulator.tuners import PowerTuning, SampleSearch
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError
@@ -80,7 +91,45 @@ def adaptive_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Strategy:
                 budget_s=budget_s, rng=run_rng, max_functions=max_functions,
             )
 
-        return dataclasses.replace(plan, adaptive=run) if plan.found else plan
+        def replanner() -> Replanner:
+            return ControllerReplanner(instance, guarantee, noise)
+
+        return dataclasses.replace(plan, adaptive=run, replanner=replanner) if plan.found else plan
+
+    return plan_for
+
+
+def scale_out_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Strategy:
+    """`lambdadnn`'s plan, with the job run under the scale-out autoscaler
+    (`simulator.replanners.ScaleOutReplanner`): the independent world only."""
+    static = lambdadnn_strategy(guarantee)
+
+    def plan_for(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
+        plan = static(instance, rng, noise, measure)
+
+        def replanner() -> Replanner:
+            return ScaleOutReplanner(plan.functions, plan.memory_mb,
+                                     float(instance.workload.samples))
+
+        return dataclasses.replace(plan, replanner=replanner) if plan.found else plan
+
+    return plan_for
+
+
+def siren_strategy() -> Strategy:
+    """The Siren-like deep-RL allocator (`simulator.siren`): it picks every epoch's plan,
+    the first included, from what the run measured; the independent world only."""
+    from lambdadnn.simulator.siren import SirenReplanner
+
+    SirenReplanner.check()  # a missing policy is one line before any job runs
+
+    def plan_for(
+        instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure
+    ) -> StrategyPlan:
+        return StrategyPlan(1, instance.platform.memory.min_mb, math.inf, 0.0, 0, found=True,
+                            replanner=SirenReplanner)
 
     return plan_for
 
@@ -108,10 +157,10 @@ def strategy(
     `ldnn-alg1-q`, the tuners, `clairvoyant`); `truth` is told to `clairvoyant` only.
     """
     check_names([name], field="name")
-    if name == BATCH_NAME:
+    if name in (BATCH_NAME, HINDSIGHT_NAME):
         raise InstanceError(
-            f"`name` {name!r} plans the waiting jobs together, not one at a time; run it with "
-            "`simulator.compare.compare` or `simulator.batch.run_batch`"
+            f"`name` {name!r} is no per-job planner (it plans the waiting jobs together, or "
+            "judges the others in hindsight); run it with `simulator.compare.compare`"
         )
     if name in ("lambdadnn", "lambdadnn-mean", "clairvoyant"):
         return lambdadnn_strategy(
@@ -120,6 +169,10 @@ def strategy(
         )
     if name == "lambdadnn-adaptive":
         return adaptive_strategy(guarantee)
+    if name == "replan-heuristic":
+        return scale_out_strategy(guarantee)
+    if name == "siren":
+        return siren_strategy()
     if name == "power-tuning":
         return PowerTuning(guarantee)
     if name == "sample-search":

@@ -2,18 +2,27 @@
 
 A *cell* is one (strategy, seed, truth, arrival rate): it generates the trace for (jobs, seed,
 rate), runs the strategy over it under the truth (`simulator.compare.compare`) and returns
-the strategy's report as a small dict. Cells share nothing and every draw in them is seeded,
-so where and in which order they run changes nothing: a sweep on a Dask cluster gives exactly
-the numbers of the same cells run one after the other (`run_serial`), and its size is bounded
-by the cluster's cores, not by one process.
+the strategy's report as a small dict. A truth is a model-family `Truth` (the planners'
+equations with other parameters) or a world of the independent engine (`NamedWorld`, from
+`--truth-file`). With `hindsight` among the strategies, a cell runs every strategy of its
+(seed, truth, rate) together, as `compare` does: hindsight's candidates include the plans
+they ran, and its outcomes are the reference of their `met_of_hindsight_feasible` and
+`cost_vs_hindsight`. Cells share nothing and every draw in them is seeded, so where and in
+which order they run changes nothing: a sweep on a Dask cluster gives exactly the numbers of
+the same cells run one after the other (`run_serial`), and its size is bounded by the
+cluster's cores, not by one process.
 
-Statistics: per (strategy, truth, rate), the mean over seeds of `deadline_met`,
-`total_cost_usd` and `mean_cost_usd`, with a 95% Student t interval over seeds. The seeds
-are the independent replications: each draws its own trace and its own runs. The jobs within
-one run are not independent (they queue for the same pool, and a job's start depends on the
-jobs before it), so a per-job interval would be too narrow; a run's figure is one
-observation, and with a handful of seeds and an unknown variance the t distribution (not the
-normal) gives the interval's width. With one seed there is no interval (`None`, with why).
+Statistics, per (strategy, truth, rate): the mean over seeds of every figure, with a 95%
+Student t interval over seeds. The seeds are the independent replications: each draws its
+own trace and its own runs; with a handful of seeds and an unknown variance the t
+distribution (not the normal) gives the width. With one seed there is no t interval (`None`,
+with why). Shares (`deadline_met`, `met_of_hindsight_feasible`) also get a 95% Wilson
+interval over all jobs of all seeds pooled, and every share interval is clipped to [0, 1]. The
+two answer different doubts: seeds that agree (every job met, say) give a t interval of
+zero width, while the Wilson interval still says how many jobs the share rests on; the
+Wilson interval takes the jobs as independent trials, which they are only nearly (a job's
+start depends on the jobs before it when the pool is busy), so it can be too narrow under
+contention, where the t interval over seeds is the one to read.
 
 Dask is imported only when a sweep runs on it (`pip install 'lambdadnn[sweep]'`), matplotlib
 only when figures are drawn.
@@ -37,12 +46,21 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from scipy import stats
+
 from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.compare import compare, plot_folder, save_figure
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE, MAX_JOBS
+from lambdadnn.simulator.compare import check_engine, compare, plot_folder, save_figure, wilson
+from lambdadnn.simulator.defaults import (
+    DEFAULT_GUARANTEE,
+    DEFAULT_POOL_SIZE,
+    HINDSIGHT_NAME,
+    MAX_JOBS,
+)
 from lambdadnn.simulator.strategies import check_names
 from lambdadnn.simulator.trace import DEFAULT_RATE_PER_S, Job, check_seed, generate_trace
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.simulator.world import World
+from lambdadnn.simulator.worlds import load_world
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
 
@@ -50,7 +68,8 @@ if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
 Progress = Callable[[int, int], None]
-METRICS = ("deadline_met", "total_cost_usd", "mean_cost_usd")
+# Averaged over seeds besides the shares (`aggregate`); `cost_vs_hindsight` when hindsight ran.
+METRICS = ("total_cost_usd", "mean_cost_usd", "cost_vs_hindsight")
 CONFIDENCE = 0.95
 INSTALL = "pip install 'lambdadnn[sweep]'"
 CONNECT_TIMEOUT_S = 10.0
@@ -58,13 +77,49 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One run of a sweep: a strategy over the trace of (seed, rate) under a truth."""
+class NamedWorld:
+    """A world of the independent engine (`simulator.world`) as a sweep's truth, under the
+    name its reports give it: the world's `name`, else its file."""
 
-    strategy: str
+    name: str
+    world: World = field(hash=False)  # a cell's key is its name (`named_worlds`: distinct)
+
+    def label(self) -> str:
+        return self.name
+
+
+def named_worlds(paths: Sequence[str | Path]) -> list[NamedWorld]:
+    """The worlds of `--truth-file` (repeatable), each named, each once."""
+    worlds: list[NamedWorld] = []
+    for path in paths:
+        world = load_world(path)
+        named = NamedWorld(world.name or str(path), world)
+        if any(known.name == named.name for known in worlds):
+            raise InstanceError(
+                f"`--truth-file` names the world {brief(named.name)} twice; give each world "
+                "once (or give two worlds different `name`s)"
+            )
+        worlds.append(named)
+    return worlds
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a sweep: strategies over the trace of (seed, rate) under a truth (a
+    model-family `Truth` or a `NamedWorld`). One strategy, or with `hindsight` all of them
+    (module docstring)."""
+
+    strategies: tuple[str, ...]
     seed: int
-    truth: Truth
+    truth: Truth | NamedWorld
     rate_per_s: float
+
+
+def stated(truth: Truth | NamedWorld) -> dict[str, Any]:
+    """A truth as a sweep's JSON states it: the changed `Truth` fields, or the world's name."""
+    if isinstance(truth, NamedWorld):
+        return {"world": truth.name}
+    return {"truth": truth.changed()}
 
 
 @dataclass(frozen=True)
@@ -104,30 +159,47 @@ def _trace(setup: Setup, seed: int, rate_per_s: float) -> tuple[Job, ...]:
                                 arrival=setup.arrival, mix=setup.mix))
 
 
-def run_cell(cell: Cell, setup: Setup) -> dict[str, Any]:
-    """The cell's `StrategyReport` as a plain dict, with the cell's coordinates; its wall
-    time is `wall_s` (the only figure that differs from run to run)."""
+def run_cell(cell: Cell, setup: Setup) -> list[dict[str, Any]]:
+    """Per strategy of the cell, its `StrategyReport` as a plain dict with the cell's
+    coordinates (and, when hindsight ran, `hindsight_feasible`: the jobs it met, the
+    denominator of `met_of_hindsight_feasible`); its wall time is `wall_s` (the only figure
+    that differs from run to run)."""
     jobs = _trace(setup, cell.seed, cell.rate_per_s)
-    (report,) = compare(
-        jobs, [cell.strategy], seed=cell.seed, noise=setup.noise, pool_size=setup.pool_size,
-        guarantee=setup.guarantee, truth=cell.truth,
-    ).reports()
-    result = report.to_dict()
-    del result["name"]
-    wall_s = result.pop("seconds")
-    return {
-        "strategy": cell.strategy, "seed": cell.seed, "truth": cell.truth.changed(),
-        "rate_per_s": cell.rate_per_s, **result, "wall_s": wall_s,
-    }
+    world, truth = (
+        (cell.truth.world, None) if isinstance(cell.truth, NamedWorld) else (None, cell.truth)
+    )
+    comparison = compare(
+        jobs, cell.strategies, seed=cell.seed, noise=setup.noise, pool_size=setup.pool_size,
+        guarantee=setup.guarantee, truth=truth, world=world,
+    )
+    feasible = comparison.hindsight_feasible
+    results = []
+    for report in comparison.reports():
+        result = report.to_dict()
+        name = result.pop("name")
+        wall_s = result.pop("seconds")
+        results.append({
+            "strategy": name, "seed": cell.seed, **stated(cell.truth),
+            "rate_per_s": cell.rate_per_s,
+            **result, **({} if feasible is None else {"hindsight_feasible": feasible}),
+            "wall_s": wall_s,
+        })
+    return results
 
 
 def grid(
-    strategies: Sequence[str], seeds: Sequence[int], truths: Sequence[Truth],
+    strategies: Sequence[str], seeds: Sequence[int], truths: Sequence[Truth | NamedWorld],
     rates: Sequence[float],
 ) -> list[Cell]:
-    """Every combination, validated up front (one-line `InstanceError` naming the field)."""
+    """Every combination, validated up front (one-line `InstanceError` naming the field):
+    a cell per strategy, or with `hindsight` a cell per (truth, rate, seed) running them all."""
     check_names(strategies)
-    truths = [Truth.of(truth) for truth in truths]
+    truths = [truth if isinstance(truth, NamedWorld) else Truth.of(truth) for truth in truths]
+    for truth in truths:  # each strategy runs in its truth's engine
+        if isinstance(truth, NamedWorld):
+            check_engine(strategies, truth=None, world=truth.world)
+        else:
+            check_engine(strategies, truth=truth, world=None)
     checked = [check_seed(seed) for seed in seeds]
     if not checked or len(set(checked)) != len(checked):
         raise InstanceError(f"`seeds` must be distinct integers ≥ 0, got {brief(list(seeds))}")
@@ -140,8 +212,11 @@ def grid(
             raise InstanceError(f"`rates` must be positive numbers (jobs/s), got {brief(rate)}")
     if not rates or len(set(rates)) != len(rates):
         raise InstanceError(f"`rates` must be distinct, at least one, got {brief(list(rates))}")
+    if HINDSIGHT_NAME in strategies:
+        return [Cell(tuple(strategies), seed, truth, float(rate))
+                for truth in truths for rate in rates for seed in checked]
     return [
-        Cell(name, seed, truth, float(rate))
+        Cell((name,), seed, truth, float(rate))
         for truth in truths for rate in rates for name in strategies for seed in checked
     ]
 
@@ -167,10 +242,11 @@ def one_factor_truths(items: Sequence[str], *, field: str = "--truth") -> list[T
 def run_serial(cells: Sequence[Cell], setup: Setup, progress: Progress | None = None) -> list[
     dict[str, Any]
 ]:
-    """Every cell in this process, in order: the reference a Dask run must equal."""
+    """Every cell in this process, in order: the reference a Dask run must equal (a result
+    per strategy of each cell, in the cells' order)."""
     results = []
     for done, cell in enumerate(cells, start=1):
-        results.append(run_cell(cell, setup))
+        results += run_cell(cell, setup)
         if progress:
             progress(done, len(cells))
     return results
@@ -338,7 +414,8 @@ def run_dask(
     scheduler: str | None = None, progress: Progress | None = None,
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Every cell on a Dask cluster, in the order of `cells`, and the number of workers.
+    """Every cell on a Dask cluster, and the number of workers: a result per strategy of
+    each cell, in the order of `cells` (as `run_serial`).
 
     A `LocalCluster` of `workers` processes (default: `usable_cores()`), one thread each, or
     the cluster at `scheduler`. Whatever happens (an error in a cell, Ctrl-C, SIGTERM), the
@@ -356,7 +433,7 @@ def run_dask(
         raise InstanceError(f"`--scheduler` must be an address such as tcp://HOST:8786, got "
                             f"{brief(scheduler)}")
     distributed = _distributed()
-    results: list[dict[str, Any] | None] = [None] * len(cells)
+    results: list[list[dict[str, Any]] | None] = [None] * len(cells)
     client: Client | None = None
     cluster: LocalCluster | None = None
     main = threading.current_thread() is threading.main_thread()  # signals go there only
@@ -395,74 +472,61 @@ def run_dask(
                 client.close()  # type: ignore[no-untyped-call]  # unannotated in distributed
             if cluster is not None:
                 cluster.close()
-    return [result for result in results if result is not None], count
+    return [result for cell in results if cell is not None for result in cell], count
 
 
-def t_quantile(probability: float, df: int) -> float:
-    """The Student t quantile: the t with P(T ≤ t) = `probability` for `df` degrees of freedom.
-
-    Bisection on the exact CDF for integer degrees of freedom (Abramowitz & Stegun 26.7.3 and
-    26.7.4), so the core needs no SciPy.
-    """
-    if not 0.5 < probability < 1 or df < 1:
-        raise InstanceError(f"`t_quantile` needs 0.5 < p < 1 and df ≥ 1, got {probability}, {df}")
-    target = 2 * probability - 1  # P(|T| ≤ t)
-    low, high = 0.0, 1.0
-    while _t_central(high, df) < target:
-        high *= 2
-    for _ in range(200):
-        middle = (low + high) / 2
-        if _t_central(middle, df) < target:
-            low = middle
-        else:
-            high = middle
-        if high - low <= 1e-12 * high:
-            break
-    return (low + high) / 2
-
-
-def _t_central(t: float, df: int) -> float:
-    """P(|T| ≤ t) for Student's t with `df` degrees of freedom."""
-    theta = math.atan(t / math.sqrt(df))
-    cos2 = math.cos(theta) ** 2
-    term, total = 1.0, 1.0
-    if df % 2 == 0:
-        for k in range(1, df // 2):  # 1 + ½cos² + (1·3)/(2·4)cos⁴ + …
-            term *= cos2 * (2 * k - 1) / (2 * k)
-            total += term
-        return math.sin(theta) * total
-    if df == 1:
-        return 2 * theta / math.pi
-    for k in range(1, (df - 1) // 2):  # 1 + (2/3)cos² + (2·4)/(3·5)cos⁴ + …
-        term *= cos2 * (2 * k) / (2 * k + 1)
-        total += term
-    return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
-
-
-def interval(values: Sequence[float]) -> dict[str, Any]:
-    """Mean and 95% Student t interval over seeds; `ci95` None (with why) for one seed."""
+def interval(values: Sequence[float], *, share: bool = False) -> dict[str, Any]:
+    """Mean and 95% Student t interval over seeds, clipped to [0, 1] for a `share`; `ci95`
+    None (with why) for one seed."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return {"mean": mean, "ci95": None,
                 "no_interval": "one seed: an interval needs at least 2 seeds"}
-    half = t_quantile((1 + CONFIDENCE) / 2, len(values) - 1) * statistics.stdev(values) / (
-        math.sqrt(len(values))
-    )
-    return {"mean": mean, "ci95": [mean - half, mean + half]}
+    quantile = float(stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1))
+    half = quantile * statistics.stdev(values) / math.sqrt(len(values))
+    low, high = mean - half, mean + half
+    return {"mean": mean, "ci95": [max(0.0, low), min(1.0, high)] if share else [low, high]}
+
+
+def share_interval(values: Sequence[float], successes: int, trials: int) -> dict[str, Any]:
+    """A share over seeds (`interval`), and over all their jobs pooled: `successes` of
+    `trials`, its share `pooled` and its 95% Wilson interval `wilson_ci95`."""
+    return {
+        **interval(values, share=True), "successes": successes, "trials": trials,
+        "pooled": successes / trials if trials else None,
+        "wilson_ci95": list(wilson(successes, trials)),
+    }
 
 
 def aggregate(cells: Sequence[Cell], results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (strategy, truth, rate), in the order first met: the mean and interval over seeds
-    of every figure of `METRICS`."""
-    groups: dict[tuple[str, Truth, float], list[dict[str, Any]]] = {}
-    for cell, result in zip(cells, results, strict=True):
-        groups.setdefault((cell.strategy, cell.truth, cell.rate_per_s), []).append(result)
-    return [
-        {"strategy": name, "truth": truth.changed(), "truth_label": truth.label(),
-         "rate_per_s": rate, "seeds": [run["seed"] for run in runs],
-         **{metric: interval([run[metric] for run in runs]) for metric in METRICS}}
-        for (name, truth, rate), runs in groups.items()
-    ]
+    """Per (strategy, truth, rate), in the order first met: the shares `deadline_met` and
+    `met_of_hindsight_feasible` (`share_interval`) and every figure of `METRICS` (`interval`)
+    over seeds; a figure no seed has (the hindsight ones without hindsight) is left out."""
+    groups: dict[tuple[str, Truth | NamedWorld, float], list[dict[str, Any]]] = {}
+    pairs = [(name, cell) for cell in cells for name in cell.strategies]
+    for (name, cell), result in zip(pairs, results, strict=True):
+        groups.setdefault((name, cell.truth, cell.rate_per_s), []).append(result)
+    rows = []
+    for (name, truth, rate), runs in groups.items():
+        row = {"strategy": name, **stated(truth), "truth_label": truth.label(),
+               "rate_per_s": rate, "seeds": [run["seed"] for run in runs]}
+        met = [round(run["deadline_met"] * run["jobs"]) for run in runs]
+        row["deadline_met"] = share_interval([run["deadline_met"] for run in runs], sum(met),
+                                             sum(run["jobs"] for run in runs))
+        feasible = [run for run in runs if run.get("met_of_hindsight_feasible") is not None]
+        if feasible:
+            row["met_of_hindsight_feasible"] = share_interval(
+                [run["met_of_hindsight_feasible"] for run in feasible],
+                sum(round(run["met_of_hindsight_feasible"] * run["hindsight_feasible"])
+                    for run in feasible),
+                sum(run["hindsight_feasible"] for run in feasible),
+            )
+        for metric in METRICS:
+            values = [run[metric] for run in runs if run.get(metric) is not None]
+            if values:
+                row[metric] = interval(values)
+        rows.append(row)
+    return rows
 
 
 def _reference_value(key: str, noise: NoiseModel) -> float | None:
@@ -477,9 +541,11 @@ def _reference_value(key: str, noise: NoiseModel) -> float | None:
 
 
 def plot(aggregates: Sequence[dict[str, Any]], folder: Path, noise: NoiseModel) -> list[Path]:
-    """One PNG per perturbation key (and rate): met-rate and mean cost against the key's
-    value, a line per strategy with 95% intervals as error bars; and, when several rates are
-    swept, met-rate against the arrival rate under the reference truth."""
+    """Per rate, one PNG per perturbation key: met share and mean cost against the key's
+    value, and one for the worlds: met share and mean cost per world; a line per strategy,
+    error bars the 95% Wilson interval for the share and the t interval over seeds for the
+    cost. When several rates are swept, the met share against the arrival rate under the
+    reference truth."""
     plot_folder(folder)
     import matplotlib
 
@@ -488,53 +554,82 @@ def plot(aggregates: Sequence[dict[str, Any]], folder: Path, noise: NoiseModel) 
 
     names = list(dict.fromkeys(row["strategy"] for row in aggregates))
     rates = list(dict.fromkeys(row["rate_per_s"] for row in aggregates))
-    keys = list(dict.fromkeys(key for row in aggregates for key in row["truth"]))
+    keys = list(dict.fromkeys(key for row in aggregates for key in row.get("truth", {})))
+    worlds = list(dict.fromkeys(row["world"] for row in aggregates if "world" in row))
     written: list[Path] = []
 
     def bars(rows: list[dict[str, Any]], metric: str) -> tuple[list[float], list[list[float]]]:
-        means = [row[metric]["mean"] for row in rows]
-        spread = [[m - row[metric]["ci95"][0], row[metric]["ci95"][1] - m] if row[metric]["ci95"]
-                  else [0.0, 0.0] for m, row in zip(means, rows, strict=True)]
-        return means, [list(pair) for pair in zip(*spread, strict=True)]
+        """Values and error bars: a share pooled over jobs with its Wilson interval, another
+        figure's mean with its t interval (none for one seed)."""
+        values, spread = [], []
+        for row in rows:
+            entry = row[metric]
+            if "wilson_ci95" in entry:
+                value, (low, high) = entry["pooled"], entry["wilson_ci95"]
+            else:
+                value = entry["mean"]
+                low, high = entry["ci95"] or (value, value)
+            values.append(value)
+            spread.append([value - low, high - value])
+        return values, [list(pair) for pair in zip(*spread, strict=True)]
 
     def save(figure: Any, path: Path) -> None:
         written.append(save_figure(figure, path))
 
+    def draw(axes: tuple[Any, Any], x: Sequence[Any], rows: list[dict[str, Any]],
+             name: str) -> None:
+        for side, metric in zip(axes, ("deadline_met", "mean_cost_usd"), strict=True):
+            values, errors = bars(rows, metric)
+            side.errorbar(x, values, yerr=errors, marker="o", capsize=3, label=name)
+
+    def finish(axes: tuple[Any, Any], path: Path, figure: Any) -> None:
+        axes[0].set_ylim(-0.02, 1.02)
+        for side in axes:
+            side.grid(alpha=0.3)
+        axes[0].legend(fontsize="small")
+        save(figure, path)
+
     for rate in rates:
+        suffix = "" if len(rates) == 1 else f"_rate{rate:g}"
         for key in keys:
             reference = _reference_value(key, noise)
-            figure, (met_axes, cost_axes) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=120)
+            figure, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=120)
             for name in names:
                 rows = [row for row in aggregates if row["strategy"] == name
-                        and row["rate_per_s"] == rate and set(row["truth"]) <= {key}]
+                        and row["rate_per_s"] == rate and "truth" in row
+                        and set(row["truth"]) <= {key}]
                 points = sorted(
                     ((row["truth"].get(key, reference), row) for row in rows
                      if key in row["truth"] or reference is not None),
                     key=lambda pair: pair[0],
                 )
-                x = [value for value, _ in points]
-                for axes, metric in ((met_axes, "deadline_met"), (cost_axes, "mean_cost_usd")):
-                    means, errors = bars([row for _, row in points], metric)
-                    axes.errorbar(x, means, yerr=errors, marker="o", capsize=3, label=name)
+                draw(axes, [value for value, _ in points], [row for _, row in points], name)
             where = "" if reference is not None else " (as believed: not shown, no saturation)"
-            met_axes.set(xlabel=f"truth {key}{where}", ylabel="deadlines met (share of jobs)",
-                         title=f"Deadlines met against {key}")
-            cost_axes.set(xlabel=f"truth {key}", ylabel="mean cost per job (USD)",
-                          title=f"Cost against {key}")
-            met_axes.set_ylim(-0.02, 1.02)  # a t-interval on few seeds can reach past [0, 1]
-            for axes in (met_axes, cost_axes):
-                axes.grid(alpha=0.3)
-            met_axes.legend(fontsize="small")
-            suffix = "" if len(rates) == 1 else f"_rate{rate:g}"
-            save(figure, folder / f"truth_{key}{suffix}.png")
-    if len(rates) > 1:
+            axes[0].set(xlabel=f"truth {key}{where}", ylabel="deadlines met (share of jobs)",
+                        title=f"Deadlines met against {key}")
+            axes[1].set(xlabel=f"truth {key}", ylabel="mean cost per job (USD)",
+                        title=f"Cost against {key}")
+            finish(axes, folder / f"truth_{key}{suffix}.png", figure)
+        if worlds:
+            figure, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=120)
+            for name in names:
+                by_world = {row["world"]: row for row in aggregates if row["strategy"] == name
+                            and row["rate_per_s"] == rate and "world" in row}
+                shown = [world for world in worlds if world in by_world]
+                draw(axes, shown, [by_world[world] for world in shown], name)
+            axes[0].set(xlabel="world", ylabel="deadlines met (share of jobs)",
+                        title="Deadlines met per world")
+            axes[1].set(xlabel="world", ylabel="mean cost per job (USD)",
+                        title="Cost per world")
+            finish(axes, folder / f"worlds{suffix}.png", figure)
+    if len(rates) > 1 and any(row.get("truth") == {} for row in aggregates):
         figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
         for name in names:
             rows = sorted((row for row in aggregates
-                           if row["strategy"] == name and not row["truth"]),
+                           if row["strategy"] == name and row.get("truth") == {}),
                           key=lambda row: row["rate_per_s"])
-            means, errors = bars(rows, "deadline_met")
-            axes.errorbar([row["rate_per_s"] for row in rows], means, yerr=errors, marker="o",
+            values, errors = bars(rows, "deadline_met")
+            axes.errorbar([row["rate_per_s"] for row in rows], values, yerr=errors, marker="o",
                           capsize=3, label=name)
         axes.set_ylim(-0.02, 1.02)
         axes.set(xscale="log", xlabel="arrival rate (jobs/s)", ylabel="deadlines met",
@@ -551,14 +646,19 @@ class SweepResult:
 
     cells: list[dict[str, Any]]
     aggregates: list[dict[str, Any]]
-    truths: list[Truth]
+    truths: list[Truth | NamedWorld]
     plots: list[Path]
     wall_s: float
     workers: int
 
     def to_dict(self) -> dict[str, Any]:
+        """`truths` the model-family ones (changed fields), `worlds` the worlds (name and
+        effects), each present when the sweep had one."""
+        models = [truth.changed() for truth in self.truths if isinstance(truth, Truth)]
+        worlds = [{**truth.world.to_mapping(), "name": truth.name} for truth in self.truths
+                  if isinstance(truth, NamedWorld)]
         return {
-            "truths": [truth.changed() for truth in self.truths],
+            **({"truths": models} if models else {}), **({"worlds": worlds} if worlds else {}),
             "aggregates": self.aggregates, "cells": self.cells,
             "plots": [str(path) for path in self.plots], "wall_s": self.wall_s,
             "workers": self.workers,
@@ -566,7 +666,7 @@ class SweepResult:
 
 
 def sweep(
-    strategies: Sequence[str], seeds: Sequence[int], truths: Sequence[Truth],
+    strategies: Sequence[str], seeds: Sequence[int], truths: Sequence[Truth | NamedWorld],
     *, setup: Setup, rates: Sequence[float] = (DEFAULT_RATE_PER_S,), plots: Path | None = None,
     workers: int | None = None, scheduler: str | None = None, progress: Progress | None = None,
 ) -> SweepResult:
@@ -582,5 +682,6 @@ def sweep(
                               progress=progress)
     aggregates = aggregate(cells, results)
     written = plot(aggregates, plots, setup.noise) if plots is not None else []
-    return SweepResult(results, aggregates, list(dict.fromkeys(truths)), written,
+    return SweepResult(results, aggregates, list(dict.fromkeys(cell.truth for cell in cells)),
+                       written,
                        time.perf_counter() - started, count)

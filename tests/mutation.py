@@ -79,6 +79,9 @@ CONTROLLER = "tests/test_controller.py"
 ADAPTIVE_SIM = "tests/test_adaptive_simulator.py"
 ADAPTIVE_LAUNCH = "tests/test_adaptive_launch.py"
 MANY = "tests/test_solve_many.py"
+HINDSIGHT = "tests/test_hindsight.py"
+WORLD_INDEPENDENT = "tests/test_world_independent.py"
+WORLD_ENGINE = "tests/test_world_engine.py"
 OPTIONS = "tests/test_options.py"
 
 EQUATIONS = "models/equations.py"
@@ -377,6 +380,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if entry.start_s < entry.submit_s or entry.met != bool(",
            "    if entry.start_s < entry.submit_s and entry.met != bool(",
            (MANY,), "a job marked met is not re-tested against its deadline"),
+    Mutant("hindsight-without-crn", "simulator/hindsight.py",
+           "runner = WorldRunner(world, seed)",
+           "runner = WorldRunner(world, seed + 1)",
+           (HINDSIGHT,), "hindsight meets other luck than the strategies it judges: no common "
+           "random numbers"),
+    Mutant("world-reads-the-model", "simulator/world/engine.py",
+           "import numpy as np\n",
+           "import numpy as np\n\nfrom lambdadnn.models import performance  # noqa: F401\n",
+           (WORLD_INDEPENDENT,), "the independent engine imports the planner's model"),
+    Mutant("world-measurement-noise-ignored", "simulator/world/engine.py",
+           "if record and measurement is not None and measurement.cv > 0:",
+           "if False:",
+           (WORLD_ENGINE,), "controllers see the engine's exact timings, not measured ones"),
 )
 
 # Mutants the issue asks for whose code does not exist yet.

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from lambdadnn import NoiseModel, load_instance, solve
 from lambdadnn.cli import main
 from lambdadnn.simulator.compare import compare, summarise
-from lambdadnn.simulator.defaults import STRATEGY_NAMES
+from lambdadnn.simulator.defaults import MODEL_STRATEGY_NAMES
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.pool import JobOutcome
 from lambdadnn.simulator.trace import generate_trace, write_trace
@@ -72,9 +72,10 @@ def test_summary_arithmetic() -> None:
 
 def test_every_strategy_on_the_same_jobs() -> None:
     jobs = generate_trace(24, seed=4)
-    comparison = compare(jobs, STRATEGY_NAMES, seed=4, noise=NoiseModel(), pool_size=50_000)
+    comparison = compare(jobs, MODEL_STRATEGY_NAMES, seed=4, noise=NoiseModel(),
+                         pool_size=50_000)
     results = comparison.outcomes
-    assert list(results) == list(STRATEGY_NAMES)
+    assert list(results) == list(MODEL_STRATEGY_NAMES)
     assert all(seconds > 0 for seconds in comparison.seconds.values())
     for outcomes in results.values():
         assert [o.index for o in outcomes] == list(range(24))

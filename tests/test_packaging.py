@@ -92,6 +92,8 @@ def test_wheel_holds_only_the_lambdadnn_namespace_and_its_data(wheel: Path) -> N
     assert tops == {"lambdadnn", "lambdadnn-0.1.0.dist-info"}
     for data in ("lambdadnn/py.typed", "lambdadnn/instances/mobilenet-cifar10.yaml",
                  "lambdadnn/instances/platforms/aws-lambda-arm64.yaml",
+                 "lambdadnn/instances/worlds/nominal.yaml",
+                 "lambdadnn/simulator/world/engine.py",
                  "lambdadnn/cli.py", "lambdadnn/solver/pipeline.py"):
         assert data in names
     assert not any(name.startswith(("lambdadnn/tests/", "lambdadnn/benchmarks/"))

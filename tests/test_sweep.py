@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 from click.testing import CliRunner
+from scipy import stats as scipy_stats
 
 from lambdadnn.cli import main
 from lambdadnn.models.noise import NoiseModel
@@ -30,7 +31,6 @@ from lambdadnn.simulator.sweep import (
     plot,
     run_dask,
     run_serial,
-    t_quantile,
 )
 from lambdadnn.simulator.truth import Truth
 from lambdadnn.solver.errors import InstanceError
@@ -60,20 +60,31 @@ def test_dask_gives_exactly_the_serial_numbers(runs: Any) -> None:
     assert len(on_dask) == len(cells) == 8
     assert _without_wall(on_dask) == _without_wall(serial)  # equal, not approximately
     assert [(r["strategy"], r["seed"], r["truth"]) for r in on_dask] == [
-        (c.strategy, c.seed, c.truth.changed()) for c in cells
+        (c.strategies[0], c.seed, c.truth.changed()) for c in cells
     ]
+    assert all(len(c.strategies) == 1 for c in cells)  # without hindsight: a cell per strategy
 
 
 def test_the_truth_reaches_the_engine(runs: Any) -> None:
     """A slower truth than believed makes lambdadnn miss, seed by seed: ignored, it could not."""
     cells, serial, _, _ = runs
-    met = {(c.strategy, c.seed, c.truth): r["deadline_met"]
+    met = {(c.strategies[0], c.seed, c.truth): r["deadline_met"]
            for c, r in zip(cells, serial, strict=True)}
     for seed in (0, 1):
         assert met["lambdadnn", seed, SLOWED] < met["lambdadnn", seed, Truth()]
 
 
+def _wilson_by_hand(successes: int, trials: int) -> list[float]:
+    """The Wilson score interval from its formula (Wilson 1927), z the normal's 97.5% point."""
+    z = 1.959963984540054
+    centre = (successes + z * z / 2) / (trials + z * z)
+    half = z / (trials + z * z) * math.sqrt(successes * (trials - successes) / trials + z * z / 4)
+    return [centre - half, centre + half]
+
+
 def test_aggregates_are_means_and_t_intervals_over_seeds(runs: Any) -> None:
+    """Every figure: the mean and the t interval over seeds (SciPy's, clipped to [0, 1] for the
+    share); the share also pooled over both seeds' jobs with its Wilson interval."""
     cells, serial, _, _ = runs
     rows = aggregate(cells, serial)
     assert [(row["strategy"], row["truth"]) for row in rows] == [
@@ -81,27 +92,41 @@ def test_aggregates_are_means_and_t_intervals_over_seeds(runs: Any) -> None:
         ("naive", {"rate_scale": 0.8}),
     ]
     for row in rows:
+        runs_of_row = [r for c, r in zip(cells, serial, strict=True) if
+                       (c.strategies[0], c.truth.changed()) == (row["strategy"], row["truth"])]
+        assert len(runs_of_row) == 2
         for metric in ("deadline_met", "total_cost_usd", "mean_cost_usd"):
-            values = [r[metric] for c, r in zip(cells, serial, strict=True) if
-                      (c.strategy, c.truth.changed()) == (row["strategy"], row["truth"])]
-            assert len(values) == 2
+            values = [r[metric] for r in runs_of_row]
             mean = statistics.fmean(values)
-            half = 12.706204736174698 * statistics.stdev(values) / math.sqrt(2)  # t(.975, 1)
+            half = scipy_stats.t.ppf(0.975, 1) * scipy_stats.sem(values)
+            low, high = mean - half, mean + half
+            if metric == "deadline_met":
+                low, high = max(0.0, low), min(1.0, high)
             assert row[metric]["mean"] == pytest.approx(mean, rel=1e-12)
-            assert row[metric]["ci95"] == pytest.approx([mean - half, mean + half], rel=1e-9)
+            assert row[metric]["ci95"] == pytest.approx([low, high], rel=1e-9, abs=1e-12)
+        met = sum(round(r["deadline_met"] * 40) for r in runs_of_row)
+        share = row["deadline_met"]
+        assert (share["successes"], share["trials"]) == (met, 80)
+        assert share["wilson_ci95"] == pytest.approx(_wilson_by_hand(met, 80), rel=1e-9)
+        assert "met_of_hindsight_feasible" not in row and "cost_vs_hindsight" not in row
 
 
-@pytest.mark.parametrize(("df", "table"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262),
-                                           (30, 2.042), (120, 1.980)])
-def test_t_quantile_matches_the_textbook_table(df: int, table: float) -> None:
-    assert abs(t_quantile(0.975, df) - table) < 5e-4
-
-
-def test_t_quantile_matches_scipy() -> None:
-    stats = pytest.importorskip("scipy.stats")
-    for df in range(1, 80):
-        for p in (0.9, 0.975, 0.995):
-            assert t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), rel=1e-9)
+def test_share_intervals_are_clipped_and_never_zero_width_pooled() -> None:
+    """Seeds 100% and 90% met: the t interval reaches past 1 unclipped; two seeds that agree
+    give a zero-width t interval, but the Wilson interval over their jobs is not."""
+    cells = grid(["naive"], [0, 1], [Truth()], [0.2])
+    spread = aggregate(cells, [{"seed": 0, "jobs": 10, "deadline_met": 1.0, "total_cost_usd": 1.0,
+                                "mean_cost_usd": 0.1},
+                               {"seed": 1, "jobs": 10, "deadline_met": 0.9, "total_cost_usd": 2.0,
+                                "mean_cost_usd": 0.2}])[0]["deadline_met"]
+    assert 0.95 + 12.7 * 0.05 > 1  # t(.975, 1) × s/√2 = 0.635: unclipped it would pass 1
+    assert spread["ci95"][1] == 1.0 and spread["ci95"][0] == pytest.approx(0.95 - 0.63531, 1e-4)
+    assert 0.0 < spread["wilson_ci95"][0] < 0.95 < spread["wilson_ci95"][1] < 1.0
+    agree = aggregate(cells, [{"seed": s, "jobs": 10, "deadline_met": 1.0, "total_cost_usd": 1.0,
+                               "mean_cost_usd": 0.1} for s in (0, 1)])[0]["deadline_met"]
+    assert agree["ci95"] == [1.0, 1.0]
+    assert agree["wilson_ci95"] == pytest.approx(_wilson_by_hand(20, 20))
+    assert agree["wilson_ci95"][1] == pytest.approx(1.0) and agree["wilson_ci95"][0] < 0.9
 
 
 def test_interval_by_hand_and_with_one_seed() -> None:
@@ -111,6 +136,8 @@ def test_interval_by_hand_and_with_one_seed() -> None:
     assert result["ci95"] == pytest.approx([0.95 - half, 0.95 + half])
     alone = interval([0.7])
     assert alone["mean"] == 0.7 and alone["ci95"] is None and "2 seeds" in alone["no_interval"]
+    assert interval([0.1, 0.5], share=True)["ci95"][0] == 0.0  # not below 0 for a share
+    assert interval([0.1, 0.5])["ci95"][0] < -2  # any other figure is not clipped
 
 
 def test_one_factor_truths_keep_the_reference_first() -> None:
@@ -123,7 +150,7 @@ def test_plots_per_key_and_against_the_rate(tmp_path: Path) -> None:
     cells = grid(["lambdadnn", "naive"], [0, 1], [Truth(), Truth(compute_cv=0.3),
                                                    Truth(saturates_at_mb=3008)], [0.2, 0.5])
     results = [{"deadline_met": 0.5 + 0.1 * c.seed, "total_cost_usd": 10.0 + c.seed,
-                "mean_cost_usd": 0.1 * (1 + c.seed), "seed": c.seed} for c in cells]
+                "mean_cost_usd": 0.1 * (1 + c.seed), "seed": c.seed, "jobs": 10} for c in cells]
     written = plot(aggregate(cells, results), tmp_path, NoiseModel())
     assert sorted(p.name for p in written) == [
         "met_vs_rate.png", "truth_compute_cv_rate0.2.png", "truth_compute_cv_rate0.5.png",
