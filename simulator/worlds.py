@@ -24,6 +24,7 @@ from lambdadnn.simulator.replan import ReplannedRun, Replanner, run_replanned
 from lambdadnn.simulator.world import JobSpec, World, WorldError, WorldRun, run_plan, trial
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.shipped import named, worlds_folder
 
 __all__ = [
     "Rehearsal", "WorldRunner", "job_spec", "load_world", "memory_choices", "rehearse",
@@ -36,13 +37,17 @@ MEMORY_CHOICES = 10
 
 
 def load_world(source: str | Path | World | None) -> World:
-    """The world of a `--truth-file` (a path), a `World` as is, or `World()` for None."""
+    """The world of a `--truth-file`: a path, else the name of a shipped world
+    (`instances/worlds/NAME.yaml`, e.g. `degraded`); a `World` as is; `World()` for None."""
     if source is None:
         return World()
     if isinstance(source, World):
         return source
+    path = Path(source)
+    if not path.exists():
+        path = named(worlds_folder(), str(source)) or path
     try:
-        return World.load(Path(source))
+        return World.load(path)
     except WorldError as error:
         raise InstanceError(f"`--truth-file`: {error}") from None
 

@@ -1,7 +1,8 @@
 """The instances and platforms shipped inside the package, found through `importlib.resources`.
 
-They are package data of `lambdadnn` (`instances/*.yaml`, `instances/platforms/*.yaml`), so
-they are found the same way from a checkout, an editable install and a wheel.
+They are package data of `lambdadnn` (`instances/*.yaml`, `instances/platforms/*.yaml`,
+`instances/worlds/*.yaml`), so they are found the same way from a checkout, an editable
+install and a wheel.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def instances_folder() -> Path:
 def platforms_folder() -> Path:
     """The folder of the shipped platform catalogues (`NAME.yaml`)."""
     return _folder("platforms")
+
+
+def worlds_folder() -> Path:
+    """The folder of the shipped worlds of the independent engine (`NAME.yaml`)."""
+    return _folder("worlds")
 
 
 def names(folder: Path) -> list[str]:

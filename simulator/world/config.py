@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import yaml
 
 from lambdadnn.simulator.world.errors import WorldError, clipped, shown
+from lambdadnn.simulator.world.errors import shown_path as shown_path_of
 
 MAX_FILE_BYTES = 1 << 20  # a world file is a few hundred bytes
 MAX_NAME_CHARS = 100  # names appear in every table
@@ -213,13 +214,13 @@ class World:
     @classmethod
     def load(cls, path: str | Path) -> World:
         """The world in the YAML file at `path` (its name defaults to the file's stem)."""
-        shown_path = shown(str(path), 80)
+        shown_path = shown_path_of(path)
         try:
             info = os.stat(path)
         except FileNotFoundError:
             raise WorldError(
-                f"world file {shown_path} does not exist: give the path of a world YAML "
-                "(shipped ones are in instances/worlds/)"
+                f"world file {shown_path} does not exist: give the path of a world YAML, or "
+                "the name of a shipped one (instances/worlds/)"
             ) from None
         except (OSError, ValueError) as error:  # EACCES, ELOOP, a NUL byte in the path
             raise WorldError(

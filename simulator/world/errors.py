@@ -18,6 +18,12 @@ def shown(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
+def shown_path(path: object, limit: int = 80) -> str:
+    """A file's path for a message, cut from the left when long: the name stays readable."""
+    text = repr(str(path))
+    return text if len(text) <= limit else f"…{text[len(text) - limit + 1:]}"
+
+
 def clipped(text: str, limit: int = 80) -> str:
     """`text` (a field's name, a label) as it is when printable, else `repr`-escaped (a
     message stays one line), cut to `limit` characters."""
