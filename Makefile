@@ -61,10 +61,13 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.solve_many
 
 ## calibrate: profile both shipped workloads here, launch held-out plans solved from the
-## profiles, print measured against predicted time (about 25 minutes; needs an idle machine)
+## profiles, print measured against predicted time (about 25 minutes), then 24 real launches
+## against their deadlines, static and adaptive, from right and wrong beliefs (about 30
+## minutes); needs an idle machine
 .PHONY: calibrate
 calibrate: $(VENV)/.installed-test
 	$(BIN)/python -m benchmarks.calibration
+	$(BIN)/python -m benchmarks.deadlines_real
 
 ## mutate: plant each known bug of tests/mutation.py in a scratch copy, run the tests that
 ## should catch it, print `killed K/N`, fail if one survives (minutes; not part of `make test`)

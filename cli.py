@@ -216,6 +216,7 @@ def _plan_text(plan: Plan) -> str:
         f"  training   local batch {plan.local_batch:g}, global batch {plan.global_batch:g}, "
         f"{plan.iterations:,.1f} iterations, {restarts}, {plan.invocations} invocations",
         *_breakdown_lines(plan),
+        *([] if plan.fit_coverage is None else [f"  fit        {plan.fit_coverage.note}"]),
         f"  search     n ∈ [{b.n_min}, {b.n_max}], m ∈ [{b.m_min:,}, {b.m_max:,}] MB keeps "
         f"{b.share_kept:.2%} of the {b.grid_points:,}-plan grid; {plan.candidates_evaluated:,} "
         f"plans evaluated ({b.share_evaluated:.3%}), {_chooser(plan)}, "
@@ -1504,10 +1505,12 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
         label = f"{run['functions']} × {run['memory_mb']} MB, batch {run['local_batch']}"
         if run["restarts"]:
             label += f", {run['restarts']} restarts"
+        left_out = f"   left out: {run['left_out']}" if run.get("left_out") else ""
         lines.append(f"  {label:<30} {run['iterations']:>10,} {run['measured_time_s']:>8.2f} s"
-                     f" {run['predicted_time_s']:>7.2f} s {run['error']:>+8.1%}")
-    lines.append("")
-    lines.append("Parameters the design did not identify are explained in the `fit` section.")
+                     f" {run['predicted_time_s']:>7.2f} s {run['error']:>+8.1%}{left_out}")
+    lines += ["", "Not identified, and what would identify it (the `fit` section's notes):"]
+    lines += [f"  {name}: {entry.get('note', '')}" for name, entry in fit["parameters"].items()
+              if not entry["identified"]]
     return "\n".join(lines)
 
 
@@ -1540,6 +1543,11 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
               show_default=True,
               help="Local: CPUs kept for redis-server and the launcher; the functions may use "
                    "the rest (the platform's max_vcpu).")
+@click.option("--max-load", type=FiniteRange(min=0, min_open=True, max=1e6), default=None,
+              help="Local: a trial with the machine's 1-minute load average above this, before "
+                   "or after it, is left out of the fit (other work competed for the CPUs); "
+                   "given, too few trials left is an error. [default: the machine's CPUs; "
+                   "when every trial was loaded, all are kept and flagged `under_load`]")
 @click.option("--redis-url", help="aws: the parameter channel the Lambda functions reach.")
 @click.option("--role-arn", help="aws: execution role of the Lambda function.")
 @click.option("--image-uri", help="aws: the worker's container image (see `lambdadnn image`).")
@@ -1551,8 +1559,9 @@ def _fit_text(fit: dict[str, Any], out: Path) -> str:
 def profile_command(
     workload: str, backend: str, out: Path, budget_s: float, factory_timeout_s: float,
     seed: int, local_batch: int, epochs: int, max_global_batch: int, deadline_s: float,
-    reserve_cpus: int, redis_url: str | None, role_arn: str | None, image_uri: str | None,
-    function_name: str, region: str, endpoint_url: str | None, as_json: bool,
+    reserve_cpus: int, max_load: float | None, redis_url: str | None, role_arn: str | None,
+    image_uri: str | None, function_name: str, region: str, endpoint_url: str | None,
+    as_json: bool,
 ) -> None:
     """Measure a workload with short trial runs, fit the model, write an instance YAML.
 
@@ -1605,7 +1614,7 @@ def profile_command(
         mapping = profile_workload(
             workload, capacity, runner, budget_s=budget_s, seed=seed, local_batch=local_batch,
             epochs=epochs, max_global_batch=max_global_batch, deadline_s=deadline_s,
-            progress=progress,
+            progress=progress, max_load=max_load,
         )
     except Interrupted as stop:  # a trial stopped and cleaned up: exit as `launch` does
         if bar is not None:

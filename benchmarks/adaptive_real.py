@@ -56,7 +56,7 @@ def _with_epochs(instance: Instance, epochs: int) -> Instance:
     return load_instance(mapping)
 
 
-def _rate_times(instance: Instance, factor: float) -> Instance:
+def rate_times(instance: Instance, factor: float) -> Instance:
     """The instance with R(m) × `factor`: a belief that is wrong about the rate."""
     rate = instance.profile.rate
     wrong = dataclasses.replace(rate, slope=rate.slope * factor,
@@ -71,12 +71,12 @@ def _plan(instance: Instance, deadline_s: float) -> Plan:
     return solve(instance, deadline_s=deadline_s, guarantee=GUARANTEE)
 
 
-def sized(truth: Instance) -> tuple[Instance, float]:
-    """The truth with its epochs set for ~`TRAIN_S` s on the fastest plan, and that time."""
+def sized(truth: Instance, train_s: float = TRAIN_S) -> tuple[Instance, float]:
+    """The truth with its epochs set for ~`train_s` s on the fastest plan, and that time."""
     one = _with_epochs(truth, 1)
     fastest = solve(one, deadline_s=1e-3)  # infeasible: the fastest plan
     per_epoch = fastest.time_s - fastest.time_breakdown.startup_s
-    sized_truth = _with_epochs(truth, max(1, math.ceil(TRAIN_S / per_epoch)))
+    sized_truth = _with_epochs(truth, max(1, math.ceil(train_s / per_epoch)))
     return sized_truth, solve(sized_truth, deadline_s=1e-3).time_s
 
 
@@ -84,7 +84,7 @@ def optimistic_deadline(truth: Instance, fastest_s: float) -> float:
     """The deadline where the optimistic belief's plan misses by the most under the truth's
     model, while the truth's cheapest plan needs more n·m and its fastest has 20% to spare
     (room to catch up once the run has found out)."""
-    belief = _rate_times(truth, WRONG_BY)
+    belief = rate_times(truth, WRONG_BY)
     best: tuple[float, float] | None = None
     for factor in DEADLINES:
         deadline = factor * fastest_s
@@ -142,11 +142,11 @@ def run(profile: Path | None, budget_s: float, out: Path) -> list[dict[str, Any]
     truth, fastest_s = sized(load_instance(profile))
     rows = []
     deadline = optimistic_deadline(truth, fastest_s)
-    optimistic = _plan(_rate_times(truth, WRONG_BY), deadline)
+    optimistic = _plan(rate_times(truth, WRONG_BY), deadline)
     for adaptive in (False, True):
         rows.append(launch("optimistic (R × 1.5)", optimistic, deadline, adaptive=adaptive))
     deadline = DEADLINES[-1] * fastest_s
-    pessimistic = _plan(_rate_times(truth, 1 / WRONG_BY), deadline)
+    pessimistic = _plan(rate_times(truth, 1 / WRONG_BY), deadline)
     for adaptive in (False, True):
         rows.append(launch("pessimistic (R / 1.5)", pessimistic, deadline, adaptive=adaptive))
     return rows

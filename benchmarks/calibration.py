@@ -103,15 +103,25 @@ def _row(workload: str, plan: HeldOut, repeat: int, report: dict[str, Any],
     }
 
 
+def profile_path(folder: Path, workload: str) -> Path:
+    """Where a benchmark keeps `workload`'s local profile in its `--out` folder."""
+    return folder / f"{workload}-local.yaml"
+
+
+def profile_local(workload: str, budget_s: float, out: Path) -> Instance:
+    """Profile `workload` on this machine as `lambdadnn profile` does, and write the instance to
+    `profile_path(out, workload)`, where a later run can read it back instead of profiling."""
+    print(f"profiling {workload} …", file=sys.stderr, flush=True)
+    mapping = profile_workload(workload, local_capacity(), local_runner(workload=workload, seed=0),
+                               budget_s=budget_s)
+    profile_path(out, workload).write_text(yaml.safe_dump(mapping, sort_keys=False))
+    return load_instance(mapping)
+
+
 def run(workloads: list[str], *, repeats: int, budget_s: float, out: Path) -> list[dict[str, Any]]:
     rows = []
     for workload in workloads:
-        print(f"profiling {workload} …", file=sys.stderr, flush=True)
-        mapping = profile_workload(workload, local_capacity(), local_runner(workload=workload,
-                                                                            seed=0),
-                                   budget_s=budget_s)
-        (out / f"{workload}-local.yaml").write_text(yaml.safe_dump(mapping, sort_keys=False))
-        plans = held_out(load_instance(mapping))
+        plans = held_out(profile_local(workload, budget_s, out))
         for plan in plans:
             for repeat in range(1, repeats + 1):
                 load = os.getloadavg()[0]

@@ -28,6 +28,7 @@ from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.compare import compare, wilson
 from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
 from lambdadnn.simulator.trace import generate_trace
+from lambdadnn.simulator.world import World
 from lambdadnn.simulator.worlds import load_world
 
 WORLDS = Path(__file__).resolve().parent.parent / "instances" / "worlds"
@@ -36,10 +37,14 @@ STRATEGIES = ("ldnn-alg1", "siren", "naive", "lambdadnn", "lambdadnn-adaptive",
               "replan-heuristic", "sample-search")
 
 
-def run(world_name: str, *, jobs: int, seeds: list[int], hindsight: bool) -> dict[str, Any]:
-    """Every strategy over `seeds` traces in one world: pooled figures per strategy."""
-    world = load_world(WORLDS / f"{world_name}.yaml")
-    names = [*STRATEGIES, *(["hindsight"] if hindsight else [])]
+def run(
+    world: str | World, *, jobs: int, seeds: list[int], hindsight: bool,
+    strategies: tuple[str, ...] = STRATEGIES,
+) -> dict[str, Any]:
+    """Every strategy over `seeds` traces in one world (a shipped name, or a `World`): pooled
+    figures per strategy."""
+    world = world if isinstance(world, World) else load_world(WORLDS / f"{world}.yaml")
+    names = [*strategies, *(["hindsight"] if hindsight else [])]
     pooled: dict[str, dict[str, float]] = {
         name: {"met": 0, "jobs": 0, "cost": 0.0, "feasible_met": 0, "both_cost": 0.0,
                "both_reference": 0.0, "seconds": 0.0} for name in names}
@@ -75,7 +80,7 @@ def run(world_name: str, *, jobs: int, seeds: list[int], hindsight: bool) -> dic
             "mean_cost_usd": row["cost"] / count, "paper_deadline_met": PAPER.get(name),
             "seconds": row["seconds"],
         })
-    return {"world": world_name, "jobs_per_seed": jobs, "seeds": seeds,
+    return {"world": world.name, "jobs_per_seed": jobs, "seeds": seeds,
             "hindsight_feasible": feasible if hindsight else None, "strategies": rows}
 
 

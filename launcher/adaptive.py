@@ -15,6 +15,7 @@ one: a worker process imports the local backend, which imports this module.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import numpy as np
 
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.spec import LaunchSpec
-from lambdadnn.launcher.timings import per_iteration
+from lambdadnn.launcher.timings import per_iteration, round_starts
 
 if TYPE_CHECKING:
     from lambdadnn.solver.adaptive import Controller, Decision, Observation
@@ -125,6 +126,8 @@ class AdaptiveRun:
         self._observed_to = 0  # timed iterations before this are in the belief already
         self._failures = 0
         self._checked = self.began
+        self._launched_at: list[float | None] = []  # per channel round, when it was launched
+        self._setup_seen = 0  # rounds before this have their set-up in the belief
 
     def begin(self, iteration: int = 0) -> None:
         """The run starts now (its first launch) at `iteration` (a resumed job's checkpoint):
@@ -136,9 +139,11 @@ class AdaptiveRun:
     def current(self) -> Round:
         return self.rounds[-1]
 
-    def launched(self) -> None:
-        """The backend (re)invoked the current round's ranks."""
+    def launched(self, at: float | None = None) -> None:
+        """The backend (re)invoked the current round's ranks, at wall-clock time `at` (the
+        clock the workers stamp `first_at` with): a round's set-up is measured from it."""
         self.current.invocations += self.current.functions
+        self._launched_at.append(at)
 
     def failed(self, crashes: int) -> None:
         """`crashes` invocations of the current round failed (counted at the next check)."""
@@ -166,7 +171,23 @@ class AdaptiveRun:
             failures=self._failures, exposure_s=current.functions * (now - self._checked),
         )
         self._failures, self._checked = 0, now
-        return observed
+        setup_s, rounds = self._setup(mine)
+        return dataclasses.replace(observed, setup_s=setup_s, rounds=rounds)
+
+    def _setup(self, records: Sequence[Mapping[str, Any]]) -> tuple[float, int]:
+        """The set-up of the current plan's rounds begun since the last observation: from each
+        round's launch to its last rank's first iteration (`timings.round_starts`)."""
+        starts = round_starts(records)
+        seconds, rounds = 0.0, 0
+        for round_ in range(max(self._setup_seen, self.current.first_round),
+                            len(self._launched_at)):
+            launched, started = self._launched_at[round_], starts.get(round_)
+            if launched is None or started is None:
+                break  # not started yet: counted at a later check
+            seconds += max(0.0, started - launched)
+            rounds += 1
+            self._setup_seen = round_ + 1
+        return seconds, rounds
 
     def poll(
         self, iteration: int, records: Callable[[], Sequence[Mapping[str, Any]]]

@@ -736,7 +736,7 @@ def run_aws(
 
     def invoke() -> None:
         launched.append(wall_clock())
-        run.launched()
+        run.launched(launched[-1])
         launcher.invoke_all(event, run.current.functions)
 
     def reinvoke() -> None:

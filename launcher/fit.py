@@ -1,23 +1,40 @@
-"""The model's parameters, fitted by least squares to what trial runs measured.
+"""The model's parameters, fitted to what trial runs measured, and what the trials cannot tell.
 
 Three fits, each to the figures of `launcher.timings` that the parameters govern:
 
 - iterations: the mean iteration time of every run at the reference batch, against
   b/R(m) + 2·(d_m·n/B_p + λ) with R(m) = α1·m + β1 (relative residuals, so a run at 256 MB
-  weighs as much as one at 1,769 MB); scipy's trust-region least squares, bounded to the
-  values the instance loader accepts;
+  weighs as much as one at 1,769 MB); scipy's trust-region least squares with Huber's loss
+  (`_HUBER_SCALE`), bounded to the values the instance loader accepts: a trial that a burst
+  of load slowed moves the fit by a bounded amount instead of by its square;
 - start-up: every round's time to first iteration against s0 + s1·n (ordinary least squares);
 - restart overhead: the mean gap between a round's last update and the next round's launch.
 
-Standard errors come from the Jacobian at the optimum (σ²·(JᵀJ)⁻¹). What the design cannot
-tell apart is said, not guessed: each estimate carries `identified` and a note.
+Standard errors: σ²·(JᵀJ)⁻¹ for least squares, Huber's correction of it for the robust loss
+(`_robust_covariance`), each widened by Student's t for the spare trials it rests on
+(`_widening`), so that a planner may take a parameter as normal around its value with that
+error. A parameter is `identified` only when its standard error is finite (from at least
+`_MIN_RUNS_PER_PARAMETER` spare trials) and what it feeds is known to within
+`_MAX_RELATIVE_SE` (one standard error, relative) everywhere on the grid the instance will be
+solved on (`Grid`):
+
+- the rate's slope and intercept: R(m), from their joint covariance, at every memory of the
+  grid, where R(m) must also be positive;
+- the start-up's base and per-function seconds: s0 + s1·n at every n of the grid;
+- the bandwidth B_p: itself (the same as its part of the exchange, 2·d_m·n/B_p: delta method);
+- the latency λ: the exchange time of one function, 2·(d_m/B_p + λ);
+- the restart overhead o: what a restart of one function adds, o + s0 + s1.
+
+Intercepts, latencies and overheads may truly be near 0, where their own relative error says
+nothing; what they feed is what a plan's time rests on. A parameter that is not identified has
+no standard error, and its note names the design points (`Point`) that would identify it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,14 +45,25 @@ from lambdadnn.launcher import LaunchError
 if TYPE_CHECKING:
     from lambdadnn.launcher.spec import LaunchReport
 
-__all__ = ["Estimate", "FittedModel", "Trial", "fit_trials"]
+__all__ = ["Estimate", "FittedModel", "Grid", "Point", "Trial", "fit_trials", "fittable"]
 
 Array = npt.NDArray[np.float64]
-_MIN_RUNS_PER_PARAMETER = 1  # beyond the parameters themselves: a residual to estimate σ from
-# A bandwidth whose standard error exceeds half its value is not identified: its effect,
-# 2·d_m·n / B_p, is then within two standard errors of none (delta method: SE(1/B)/(1/B) =
-# SE(B)/B). Intercepts and latencies may truly be near 0, so no such test applies to them.
-_SCALES = frozenset({"parameter_server.bandwidth_mbps"})
+# Beyond the parameters themselves, residuals to estimate σ from: from one, σ is itself unknown
+# to a factor of several (s²/σ² is χ² with 1 degree of freedom: under 1/25 one time in 6), so
+# the 5 trials of the smallest design measure R(m) but cannot say how well.
+_MIN_RUNS_PER_PARAMETER = 2
+_MIN_REFERENCE_TRIALS = 5  # at the reference batch: to fit the 4 iteration parameters at all
+# A quantity known to ±25% (one standard error) is 4 standard errors from 0: drawn from the
+# normal N(value, stderr) a plan is made to cover, it is not positive once in 30,000 draws,
+# and its 95% interval (±50%) is still one a plan can be sized for. Looser, a rate or an
+# exchange time can be drawn ≤ 0; the loaded machine's R intercept (±3e9) is far beyond it.
+_MAX_RELATIVE_SE = 0.25
+# Huber's loss turns from squares to absolute values at this relative miss of a trial's mean
+# iteration time: Huber's tuning, 1.345 σ (95% as efficient as least squares on normal
+# errors), for σ ≈ 4%, how far a trial misses the fit on an idle machine (the first trials of
+# the README's digits-cnn profile: 0.4–8.6%, 4.7% root mean square). Slowed more, it weighs less.
+_HUBER_SCALE = 0.05
+_WIDEST_TRIAL = 4  # the most functions a suggested trial runs: the design's widest
 
 
 @dataclass(frozen=True)
@@ -81,14 +109,44 @@ class Trial:
 
 
 @dataclass(frozen=True)
+class Point:
+    """A trial that would help identify a parameter: n functions at about m MB, at the
+    reference batch unless `local_batch` says otherwise, with restarts if `restarts`."""
+
+    functions: int
+    memory_mb: int
+    local_batch: int | None = None
+    restarts: bool = False
+
+    def __str__(self) -> str:
+        text = f"n = {self.functions} near {self.memory_mb:,} MB"
+        if self.local_batch is not None:
+            text += f" at batch {self.local_batch}"
+        return text + (" with restarts" if self.restarts else "")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Where the fitted instance will be solved: R(m) is used from `memory_mb[0]` (the lowest
+    trial memory) to `memory_mb[1]` (where it saturates), plans run 1 to `functions` functions,
+    and a trial at the lowest memory can run at most `trial_functions` of them."""
+
+    memory_mb: tuple[int, int]
+    functions: int
+    trial_functions: int
+
+
+@dataclass(frozen=True)
 class Estimate:
-    """A fitted parameter: its value, standard error (None: not estimated), and whether the
-    design identified it; `note` says how it was measured or why it could not be."""
+    """A fitted parameter: its value, standard error (None: not estimated, or not identified),
+    whether the design identified it, a note on how it was measured or why it could not be,
+    and the trials that would identify it (`needs`, not written: the note names them)."""
 
     value: float
     stderr: float | None
     identified: bool
     note: str
+    needs: tuple[Point, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"value": float(self.value),
@@ -110,6 +168,13 @@ class FittedModel:
     iteration_residuals: tuple[float | None, ...]
     batch_split: dict[str, Estimate]
 
+    @property
+    def missing(self) -> tuple[Point, ...]:
+        """The trials that would identify the model's parameters not yet identified (the
+        batch split is a diagnostic: it asks for none), each once, most needed first."""
+        points = [p for e in self.estimates.values() if not e.identified for p in e.needs]
+        return tuple(dict.fromkeys(points))
+
 
 def _covariance(jacobian: Array, sigma2: float) -> Array:
     """σ²·(JᵀJ)⁻¹, computed with J's columns scaled to unit length: the parameters differ by
@@ -122,44 +187,161 @@ def _covariance(jacobian: Array, sigma2: float) -> Array:
                       dtype=np.float64)
 
 
+def _widening(spare: int) -> float:
+    """(t/z)² at 97.5% for `spare` degrees of freedom: a standard error from few spare trials
+    so widened, the normal N(value, stderr) a planner draws from covers the truth at 95% as
+    often as Student's t does (×2.2 for 2 spare, ×1.04 for 30)."""
+    from scipy.stats import norm, t
+
+    return float((t.ppf(0.975, spare) / norm.ppf(0.975)) ** 2)
+
+
+def _robust_covariance(residuals: Array, jacobian: Array) -> Array | None:
+    """The covariance of a Huber fit: Huber's (1981, §7.6) K²·[Σψ(r)²/(n−p)]/[mean ψ'(r)]²·
+    (JᵀJ)⁻¹ with K = 1 + (p/n)·var ψ'/(mean ψ')² (statsmodels' RLM "H1"), ψ(r) = r clipped to
+    ±`_HUBER_SCALE` and J the unweighted Jacobian (scipy's `jac` is reweighted by the loss).
+    With every residual inside the scale it is least squares' σ²·(JᵀJ)⁻¹; widened for the
+    spare trials (`_widening`). None with too few spare trials, or no more trials than
+    parameters inside the scale: their spread cannot be told."""
+    n, p = jacobian.shape
+    inside = np.abs(residuals) <= _HUBER_SCALE
+    if int(inside.sum()) <= p or n - p < _MIN_RUNS_PER_PARAMETER:
+        return None
+    psi = np.clip(residuals, -_HUBER_SCALE, _HUBER_SCALE)
+    share = float(inside.mean())  # mean ψ'; ψ' is 1 inside the scale, 0 outside
+    correction = 1 + p / n * (1 - share) / share
+    sigma2 = correction**2 * float(psi @ psi) / (n - p) / share**2
+    return _covariance(jacobian, sigma2 * _widening(n - p))
+
+
 def _linear(x: Array, y: Array) -> tuple[Array, Array | None]:
-    """Ordinary least squares y ≈ X·β with its standard errors (None without a spare point)."""
+    """Ordinary least squares y ≈ X·β with its covariance (None with fewer spare points than
+    `_MIN_RUNS_PER_PARAMETER`)."""
     beta = np.asarray(np.linalg.lstsq(x, y, rcond=None)[0], dtype=np.float64)
     spare = len(y) - x.shape[1]
     if spare < _MIN_RUNS_PER_PARAMETER:
         return beta, None
-    covariance = _covariance(x, float(np.sum((y - x @ beta) ** 2)) / spare)
-    return beta, np.sqrt(np.maximum(np.diag(covariance), 0.0)).astype(np.float64)
+    return beta, _covariance(x, float(np.sum((y - x @ beta) ** 2)) / spare * _widening(spare))
 
 
-def _startup(trials: Sequence[Trial]) -> dict[str, Estimate]:
-    """Every round's time to first iteration against s0 + s1·n; `fit_trials` has made sure
-    the trials ran two or more n, so the two are told apart."""
+def _worst(values: Array, gradients: Array, covariance: Array) -> tuple[float, int]:
+    """The largest relative standard error among quantities (delta method: each quantity's
+    gradient row against `covariance`), infinite where a quantity is not positive; and where."""
+    variance = np.einsum("ij,jk,ik->i", gradients, covariance, gradients)
+    spread = np.sqrt(np.maximum(variance, 0.0))
+    relative = np.full(values.shape, math.inf)
+    np.divide(spread, values, out=relative, where=values > 0)
+    where = int(np.argmax(relative))
+    return float(relative[where]), where
+
+
+def _ask(points: Sequence[Point]) -> str:
+    """The trials to add, as the end of a note."""
+    named = [str(p) for p in points]
+    if not named:
+        return "; no trial within this capacity would identify it"
+    if len(named) == 1:
+        return f"; add a trial at {named[0]}"
+    return f"; add trials at {', '.join(named[:-1])} and {named[-1]}"
+
+
+def _relative(error: float) -> str:
+    """A relative standard error as a note shows it: a percentage, or a factor when huge."""
+    return f"{error:.1%}" if error < 10 else f"{error:.3g}×"
+
+
+def _judged(
+    names: Sequence[str], values: Array, stderrs: Sequence[float | None], fed: str,
+    worst: tuple[float, str] | None, needs: tuple[Point, ...], note: str,
+    held: Sequence[bool] = (),
+) -> dict[str, Estimate]:
+    """Estimates of parameters judged together on what they feed (`fed`): at most `worst[0]`
+    relative standard error, at `worst[1]`, or None when no error could be estimated. A
+    parameter `held` at its bound is not identified whatever the others are."""
+    known = ""
+    if worst is None:
+        reason = f"fewer than {_MIN_RUNS_PER_PARAMETER} spare trials to estimate its error from"
+    elif math.isinf(worst[0]):
+        reason = f"{fed} is not positive at {worst[1]}"
+    elif worst[0] > _MAX_RELATIVE_SE:
+        place = f" at {worst[1]}" if worst[1] else ""
+        reason = (f"{fed} has a relative standard error of {_relative(worst[0])}{place} (the "
+                  f"limit is {_MAX_RELATIVE_SE:.0%})")
+    else:
+        reason, known = "", f"{note}; {fed} known to ±{_relative(worst[0])} at worst"
+    estimates = {}
+    for index, (name, value, stderr) in enumerate(zip(names, values, stderrs, strict=True)):
+        why = ("it went to its bound, the trials show no effect of it"
+               if index < len(held) and held[index] else reason)
+        if not why and stderr is not None and math.isfinite(stderr):
+            estimates[name] = Estimate(float(value), stderr, True, known)
+            continue
+        why = why or "its standard error is not finite"
+        estimates[name] = Estimate(float(value), None, False,
+                                   f"{note}; not identified: {why}{_ask(needs)}", needs)
+    return estimates
+
+
+def _startup(trials: Sequence[Trial], grid: Grid) -> tuple[dict[str, Estimate], float, float]:
+    """Every round's time to first iteration against s0 + s1·n, judged on s0 + s1·n at every n
+    of the grid; `fit_trials` has made sure the trials ran two or more n, so the two are told
+    apart. Also s0 + s1 and its variance: what the restart overhead is judged against."""
     n = np.array([t.functions for t in trials for _ in t.startup_s], dtype=float)
     seconds = np.array([s for t in trials for s in t.startup_s])
-    beta, se = _linear(np.column_stack([np.ones_like(n), n]), seconds)
-    note = f"time to first iteration of {len(n)} rounds against n (least squares)"
-    return {
-        name: Estimate(max(0.0, float(beta[index])), None if se is None else float(se[index]),
-                       True, note)
-        for index, name in enumerate(("profile.startup.base_s",
-                                      "profile.startup.per_function_s"))
-    }
+    beta, covariance = _linear(np.column_stack([np.ones_like(n), n]), seconds)
+    plans = np.arange(1, grid.functions + 1, dtype=float)
+    rows = np.column_stack([np.ones_like(plans), plans])
+    worst = None
+    stderrs: list[float | None] = [None, None]
+    at_one_variance = math.inf
+    if covariance is not None:
+        relative, where = _worst(rows @ beta, rows, covariance)
+        worst = (relative, f"n = {int(plans[where])}")
+        stderrs = [float(math.sqrt(max(0.0, covariance[i, i]))) for i in range(2)]
+        at_one_variance = float(rows[0] @ covariance @ rows[0])
+    widest = min(grid.trial_functions, _WIDEST_TRIAL)
+    needs = (Point(1, grid.memory_mb[1]), Point(widest, grid.memory_mb[0]))
+    estimates = _judged(
+        ("profile.startup.base_s", "profile.startup.per_function_s"),
+        np.maximum(beta, 0.0), stderrs, "the start-up s0 + s1·n", worst,
+        needs if widest > 1 else (), f"time to first iteration of {len(n)} rounds against n "
+        f"(least squares), judged on n = 1 to {grid.functions:,}")
+    return estimates, float(beta[0] + beta[1]), at_one_variance
 
 
-def _restart_overhead(trials: Sequence[Trial]) -> Estimate:
+def _restart_overhead(trials: Sequence[Trial], grid: Grid, startup: float,
+                      startup_variance: float) -> Estimate:
+    """The mean gap between rounds, judged on what a restart of one function adds: the gap
+    and a new round's start-up, s0 + s1 (`startup`, with its variance)."""
     gaps = np.array([g for t in trials for g in t.restart_gap_s])
+    needs = (Point(min(2, grid.trial_functions), grid.memory_mb[0], restarts=True),)
     if gaps.size == 0:
         return Estimate(0.0, None, False, "no trial restarted: the overhead between rounds "
-                                          "was not measured (0 assumed)")
-    stderr = float(gaps.std(ddof=1) / math.sqrt(gaps.size)) if gaps.size > 1 else None
-    return Estimate(float(gaps.mean()), stderr, True,
-                    f"mean of {gaps.size} gaps between a round's last update and the next launch")
+                                          f"was not measured (0 assumed){_ask(needs)}", needs)
+    value = float(gaps.mean())
+    note = f"mean of {gaps.size} gaps between a round's last update and the next launch"
+    if gaps.size < 2:
+        return Estimate(value, None, False, f"{note}; not identified: one gap shows no spread "
+                                            f"to estimate its error from{_ask(needs)}", needs)
+    stderr = float(gaps.std(ddof=1) / math.sqrt(gaps.size) * math.sqrt(_widening(gaps.size - 1)))
+    restart = value + startup
+    if not math.isfinite(startup_variance):
+        reason = "the start-up it adds to has no error estimate"
+    elif restart <= 0:
+        reason = f"a restart (the gap and a start-up) takes {restart:.3g} s, not more than 0"
+    elif (relative := math.sqrt(stderr**2 + startup_variance) / restart) > _MAX_RELATIVE_SE:
+        reason = (f"a restart (the gap and a start-up) has a relative standard error of "
+                  f"{_relative(relative)} (the limit is {_MAX_RELATIVE_SE:.0%})")
+    else:
+        return Estimate(value, stderr, True, f"{note}; a restart (the gap and a start-up) "
+                                             f"known to ±{_relative(relative)}")
+    return Estimate(value, None, False, f"{note}; not identified: {reason}{_ask(needs)}", needs)
 
 
 def _batch_split(trials: Sequence[Trial]) -> dict[str, Estimate]:
     """Per memory with single-function trials at two or more batches, τ = b·u + v: the
-    per-sample seconds u and the per-iteration seconds v, which R(m) at one batch lumps."""
+    per-sample seconds u and the per-iteration seconds v, which R(m) at one batch lumps;
+    judged on τ at the batches measured."""
     split = {}
     for memory in sorted({t.memory_mb for t in trials if t.functions == 1}):
         same = [t for t in trials if t.functions == 1 and t.memory_mb == memory]
@@ -167,19 +349,28 @@ def _batch_split(trials: Sequence[Trial]) -> dict[str, Estimate]:
         if len(batches) < 2:
             continue
         x = np.array([[t.local_batch, 1.0] for t in same])
-        beta, se = _linear(x, np.array([t.iteration_mean_s for t in same]))
+        beta, covariance = _linear(x, np.array([t.iteration_mean_s for t in same]))
+        worst = None
+        stderrs: list[float | None] = [None, None]
+        if covariance is not None:
+            rows = np.array([[b, 1.0] for b in batches])
+            relative, where = _worst(rows @ beta, rows, covariance)
+            worst = (relative, f"batch {batches[where]}")
+            stderrs = [float(math.sqrt(max(0.0, covariance[i, i]))) for i in range(2)]
         note = (f"iteration time = b·per_sample + per_iteration at {memory} MB, n = 1, from "
                 f"batches {', '.join(map(str, batches))}; a diagnostic, not a model parameter")
-        for index, part in enumerate(("per_sample_s", "per_iteration_s")):
-            split[f"iteration.{part}@{memory}MB"] = Estimate(
-                float(beta[index]), None if se is None else float(se[index]), True, note)
+        needs = (Point(1, memory, batches[0]), Point(1, memory, batches[-1]))
+        judged = _judged(("per_sample_s", "per_iteration_s"), beta, stderrs,
+                         "the iteration time", worst, needs, note)
+        split.update({f"iteration.{part}@{memory}MB": e for part, e in judged.items()})
     return split
 
 
 def _iterations(
     trials: Sequence[Trial], model_size_mb: float, bounds: dict[str, tuple[float, float]],
+    grid: Grid,
 ) -> tuple[dict[str, Estimate], Array]:
-    """Fit α1, β1, B_p, λ to the mean iteration times (relative residuals)."""
+    """Fit α1, β1, B_p, λ to the mean iteration times (relative residuals, Huber's loss)."""
     from scipy.optimize import least_squares
 
     n = np.array([t.functions for t in trials], dtype=float)
@@ -189,13 +380,17 @@ def _iterations(
     names = ("profile.rate.slope", "profile.rate.intercept",
              "parameter_server.bandwidth_mbps", "profile.latency_s")
 
-    def predicted(p: Array) -> Array:
-        slope, intercept, bandwidth, latency = (float(x) for x in p)
-        return np.asarray(b / (slope * m + intercept)
-                          + 2 * (model_size_mb * n / bandwidth + latency), dtype=np.float64)
-
     def residuals(p: Array) -> Array:
-        return np.asarray((predicted(p) - tau) / tau, dtype=np.float64)
+        slope, intercept, bandwidth, latency = (float(x) for x in p)
+        predicted = b / (slope * m + intercept) + 2 * (model_size_mb * n / bandwidth + latency)
+        return np.asarray((predicted - tau) / tau, dtype=np.float64)
+
+    def jacobian(p: Array) -> Array:
+        slope, intercept, bandwidth, _ = (float(x) for x in p)
+        compute = -b / (slope * m + intercept) ** 2
+        return np.asarray(np.column_stack([
+            compute * m, compute, -2 * model_size_mb * n / bandwidth**2, np.full_like(n, 2.0),
+        ]) / tau[:, None], dtype=np.float64)
 
     # Start where every rate is positive: all of an iteration's time spent computing.
     slope0 = float(np.median(b / (tau * m)))
@@ -203,70 +398,105 @@ def _iterations(
     high = np.array([bounds[name][1] for name in names])
     start = np.clip([slope0, 0.0, model_size_mb / float(tau.min()), float(tau.min()) / 20],
                     low + 1e-12, high - 1e-12)
-    solution = least_squares(residuals, start, bounds=(low, high), x_scale="jac",
+    # Huber's loss from the least-squares optimum: started far from it, every trial is beyond
+    # the scale, the loss is all absolute values, and the search can wander off to R → ∞.
+    plain = least_squares(residuals, start, jac=jacobian, bounds=(low, high), x_scale="jac",
+                          max_nfev=10_000)
+    solution = least_squares(residuals, plain.x, jac=jacobian, bounds=(low, high),
+                             x_scale="jac", loss="huber", f_scale=_HUBER_SCALE,
                              max_nfev=10_000)
-    rates = solution.x[0] * m + solution.x[1]
-    if not solution.success or np.any(rates <= 0):
+    x = np.asarray(solution.x, dtype=np.float64)
+    if not solution.success or np.any(x[0] * m + x[1] <= 0):
         raise LaunchError(
             "the iteration times do not fit the model (no positive rate R(m) at every trial "
             f"memory; {solution.message}); profile again on an idle machine"
         )
-    spare = len(tau) - len(names)
-    covariance = None
-    if spare >= _MIN_RUNS_PER_PARAMETER:
-        sigma2 = float(np.sum(solution.fun**2)) / spare
-        # dense: no sparse Jacobian was asked for
-        covariance = _covariance(np.asarray(solution.jac, dtype=np.float64), sigma2)
-    notes = (
-        "R(m) = slope·m + intercept samples/s at the reference batch",
-        "R(m) = slope·m + intercept samples/s at the reference batch",
-        "shared exchange bandwidth: 2·d_m·n / B_p seconds per iteration",
-        "per exchange, push or pull: the part of an iteration that grows with neither "
-        "the batch, the memory nor n",
-    )
-    estimates = {}
-    for index, (name, note) in enumerate(zip(names, notes, strict=True)):
-        at_bound = solution.active_mask[index] != 0
-        if at_bound or covariance is None:
-            estimates[name] = Estimate(float(solution.x[index]), None, not at_bound, note + (
-                "; not identified: it went to its bound, the trials show no effect of it"
-                if at_bound else "; no spare trial to estimate its error"))
-            continue
-        stderr = float(math.sqrt(max(0.0, covariance[index, index])))
-        value = float(solution.x[index])
-        if name in _SCALES and 2 * stderr > value:
-            estimates[name] = Estimate(value, None, False, note + (
-                f"; not identified: its effect is within two standard errors of none (the "
-                f"value {value:.3g} ± {stderr:.3g}), the trials cannot tell it from unbounded"))
-            continue
-        estimates[name] = Estimate(value, stderr, True, note)
-    return estimates, solution.fun
+    # Every parameter's column, also of one at its bound: held there, it would make the others
+    # look known exactly as far as they trade off against it (a latency held at 0 while R's
+    # intercept absorbs it, from trials at nearly one memory, left R "known to ±2%" and 3× off).
+    covariance = _robust_covariance(solution.fun, jacobian(x))
+    lowest, highest = grid.memory_mb
+    widest = min(grid.trial_functions, _WIDEST_TRIAL)
+    # R(m) and a constant part of the iteration (λ) are told apart by R's curvature in m: the
+    # two ends of the grid and its geometric middle, not the ends alone.
+    rate_needs = (Point(1, lowest), Point(1, round(math.sqrt(lowest * highest))),
+                  Point(1, highest))
+    exchange_needs = (Point(widest, lowest), Point(1, lowest)) if widest > 1 else ()
+    memories = np.arange(lowest, highest + 1, dtype=float)
+    held = list(solution.active_mask != 0)  # at a bound: not estimated
+
+    def judge(parameters: slice, values: Array, rows: Array, at: Sequence[str]
+              ) -> tuple[float, str] | None:
+        """The worst relative error of quantities with gradient `rows` in `parameters`."""
+        if covariance is None:
+            return None
+        relative, where = _worst(values, rows, covariance[parameters, parameters])
+        return relative, at[where]
+
+    stderrs = [None if covariance is None else float(math.sqrt(max(0.0, covariance[i, i])))
+               for i in range(len(names))]
+    rate = judge(slice(0, 2), x[0] * memories + x[1],
+                 np.column_stack([memories, np.ones_like(memories)]),
+                 [f"{int(mb):,} MB" for mb in memories])
+    rate_note = (f"R(m) = slope·m + intercept samples/s at the reference batch, judged on R(m) "
+                 f"at {lowest:,}–{highest:,} MB")
+    # The exchange of one function, 2·(d_m/B + λ), and its gradient in (B, λ).
+    exchange = judge(slice(2, 4), np.array([2 * (model_size_mb / x[2] + x[3])]),
+                     np.array([[-2 * model_size_mb / x[2] ** 2, 2.0]]), ["n = 1"])
+    bandwidth = judge(slice(2, 3), x[2:3], np.ones((1, 1)), [""])
+    estimates = {
+        **_judged(names[:2], x[:2], stderrs[:2], "R(m)", rate, rate_needs, rate_note,
+                  held[:2]),
+        **_judged(names[2:3], x[2:3], stderrs[2:3], "B_p", bandwidth, exchange_needs,
+                  "shared exchange bandwidth: 2·d_m·n / B_p seconds per iteration", held[2:3]),
+        **_judged(names[3:], x[3:], stderrs[3:], "the exchange of one function", exchange,
+                  exchange_needs, "per exchange, push or pull: the part of an iteration that "
+                  "grows with neither the batch, the memory nor n", held[3:]),
+    }
+    if covariance is not None and all(estimates[name].identified for name in names[:2]) and (
+            covariance[0, 0] * covariance[1, 1] > 0):
+        # The schema has no covariance: the note gives what drawing the two jointly needs.
+        correlation = covariance[0, 1] / math.sqrt(covariance[0, 0] * covariance[1, 1])
+        for name in names[:2]:
+            estimates[name] = replace(estimates[name], note=(
+                f"{estimates[name].note}; the two errors correlate, ρ = {correlation:.4f}"))
+    return estimates, np.asarray(solution.fun, dtype=np.float64)
+
+
+def fittable(trials: Sequence[Trial], reference_batch: int) -> bool:
+    """Whether the trials are enough for `fit_trials`: at least five at `reference_batch`,
+    over two or more memory sizes and numbers of functions."""
+    reference = [t for t in trials if t.local_batch == reference_batch]
+    return (len(reference) >= _MIN_REFERENCE_TRIALS and len({t.memory_mb for t in reference}) >= 2
+            and len({t.functions for t in reference}) >= 2)
 
 
 def fit_trials(
     trials: Sequence[Trial], *, model_size_mb: float, reference_batch: int,
-    bounds: dict[str, tuple[float, float]],
+    bounds: dict[str, tuple[float, float]], grid: Grid,
 ) -> FittedModel:
-    """Fit every parameter the trials determine; `bounds` (by name) are the loader's ranges.
+    """Fit every parameter the trials determine; `bounds` (by name) are the loader's ranges,
+    `grid` where the instance will be solved (what identification is judged on).
 
-    Needs at least five trials at `reference_batch` over two or more memory sizes and
-    numbers of functions; raises `LaunchError` (one line) otherwise.
+    Raises `LaunchError` (one line) unless the trials are `fittable`.
     """
-    reference = [t for t in trials if t.local_batch == reference_batch]
-    if (len(reference) < 5 or len({t.memory_mb for t in reference}) < 2
-            or len({t.functions for t in reference}) < 2):
+    if not fittable(trials, reference_batch):
         raise LaunchError(
-            f"the fit needs at least 5 trial runs at the reference batch {reference_batch}, "
-            "over 2 or more memory sizes and numbers of functions; raise `--budget-s`"
+            f"the fit needs at least {_MIN_REFERENCE_TRIALS} trial runs at the reference batch "
+            f"{reference_batch}, over 2 or more memory sizes and numbers of functions; raise "
+            "`--budget-s`"
         )
-    estimates, residuals = _iterations(reference, model_size_mb, bounds)
+    reference = [t for t in trials if t.local_batch == reference_batch]
+    estimates, residuals = _iterations(reference, model_size_mb, bounds, grid)
     estimates["parameter_server.function_bandwidth_mbps"] = Estimate(
         estimates["parameter_server.bandwidth_mbps"].value, None, False,
         "not identified: the exchange time is fitted as growing with n from n = 1, so no "
         "per-function limit below the shared bandwidth shows; set equal to it",
     )
-    estimates.update(_startup(trials))
-    estimates["platform.restart_overhead_s"] = _restart_overhead(trials)
+    startup, at_one, at_one_variance = _startup(trials, grid)
+    estimates.update(startup)
+    estimates["platform.restart_overhead_s"] = _restart_overhead(trials, grid, at_one,
+                                                                 at_one_variance)
     by_trial = iter(residuals)
     return FittedModel(
         estimates=estimates,

@@ -797,7 +797,7 @@ def run_local(
             while True:
                 stop.check()
                 launched.append(time.time())
-                run.launched()
+                run.launched(launched[-1])
                 invocations = _round(event, cap, timeout_s, channel, on_iteration, stop, env)
                 if all(i.result is not None and i.result["status"] == "done"
                        for i in invocations):

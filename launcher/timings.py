@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunTimings", "per_iteration", "summarise"]
+__all__ = ["RunTimings", "per_iteration", "round_starts", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,11 @@ def _latest(records: Iterable[Mapping[str, Any]], key: str) -> dict[int, float]:
     return latest
 
 
+def round_starts(records: Iterable[Mapping[str, Any]]) -> dict[int, float]:
+    """Per round: when its last rank began its first iteration (wall clock)."""
+    return _latest(records, "first_at")
+
+
 def per_iteration(records: Iterable[Mapping[str, Any]]) -> dict[int, list[tuple[float, float]]]:
     """Iteration → (compute, exchange) of every rank; a later round's replay wins."""
     by_iteration: dict[int, dict[int, tuple[int, float, float]]] = {}
@@ -86,7 +91,7 @@ def summarise(records: Sequence[Mapping[str, Any]], launched: Sequence[float]) -
     def statistic(values: np.ndarray, q: float) -> float | None:
         return float(np.quantile(values, q)) if values.size else None
 
-    firsts = _latest(records, "first_at")
+    firsts = round_starts(records)
     ends = _latest(records, "ended_at")
     return RunTimings(
         startup_s=tuple(max(0.0, firsts[r] - launched[r]) for r in sorted(firsts)),

@@ -51,6 +51,7 @@ class ControllerReplanner:
         observation = None if leg is None or leg.compute_s.shape[0] == 0 else Observation(
             functions=leg.functions, memory_mb=leg.memory_mb, compute_s=leg.compute_s,
             communication_s=leg.exchange_s, failures=leg.failures, exposure_s=leg.exposure_s,
+            setup_s=leg.setup_s, rounds=leg.rounds,
         )
         done = situation.samples_done / controller.global_batch
         decision = controller.decide(iterations_done=done, elapsed_s=situation.elapsed_s,

@@ -25,6 +25,7 @@ from lambdadnn.models import bounds as model_bounds
 from lambdadnn.models import performance as model
 from lambdadnn.models.noise import NoiseModel, PlanningNoise, planning_noise
 from lambdadnn.solver.candidates import enumerate_candidates, pareto
+from lambdadnn.solver.fit_uncertainty import corner
 from lambdadnn.solver.instance import Instance
 
 Array = npt.NDArray[np.float64]
@@ -100,7 +101,8 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
             max_functions: int, slowest_s: float) -> Options:
     """The Pareto front of plans with at most `max_functions` functions (and the instance's
     own limits) taking at most `slowest_s`, planned as `solve(guarantee=, noise=)` plans
-    (inputs already checked); empty when none does."""
+    (inputs already checked; a profiled instance at its fit's adverse corner); empty when
+    none does."""
     limit = min(max_functions, instance.max_functions)
     key = (undated(instance), guarantee, noise, limit)
     with _lock:
@@ -112,7 +114,7 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
     planning = None if guarantee is None else planning_noise(
         noise or NoiseModel(), guarantee, instance.max_functions
     )
-    front = _front(key[0], planning, limit, slowest_s)
+    front = _front(corner(key[0], planning).instance, planning, limit, slowest_s)
     with _lock:
         _fronts[key] = (slowest_s, front)
         _fronts.move_to_end(key)

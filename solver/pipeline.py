@@ -22,6 +22,7 @@ from lambdadnn.solver.candidates import (
     fastest_choices,
 )
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
+from lambdadnn.solver.fit_uncertainty import corner
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import (
     MAX_SECONDS,
@@ -215,10 +216,14 @@ def evaluate(
     noise: NoiseModel | None = None,
 ) -> Evaluation:
     """The model's figures for any plan, feasible or not (`valid`, `feasible`, `violations`);
-    with `guarantee` (and `noise`) its deadline is checked as `solve` checks it."""
+    with `guarantee` (and `noise`) its deadline is checked as `solve` checks it, a profiled
+    instance's at its fit's adverse corner (`fit_coverage`)."""
     n, m = plan_size(functions, memory_mb)
     loaded = load_instance(instance)
-    return _evaluation(loaded, n, m, _planning_noise(loaded, guarantee, noise))
+    planning = _planning_noise(loaded, guarantee, noise)
+    planned, coverage = corner(loaded, planning)
+    found = _evaluation(planned, n, m, planning)
+    return found if coverage is None else dataclasses.replace(found, fit_coverage=coverage)
 
 
 def check_guarantee(guarantee: float | None, noise: NoiseModel | None) -> float | None:
@@ -254,16 +259,20 @@ def solve(
     meets the deadline the answer has `status == "infeasible"` and is the fastest plan.
     With `guarantee=p` the plan meets the deadline in at least a share p of runs under the
     noise model (`noise`, default `NoiseModel()`): the deadline is checked against the
-    p-quantile of the training time, the cost is the expected one.
+    p-quantile of the training time, the cost is the expected one. A profiled instance (a
+    `fit:` section) is then planned at its fit's adverse corner, so that the share p covers
+    the fitted parameters' standard errors too (MODEL.md, "Fit uncertainty"; `fit_coverage`).
     The exact enumeration chooses when one plan is left after MODEL.md's tie rule, else
     HiGHS does (`plan.selected_by`).
-    Raises `InstanceError` for bad input (naming the likely field when the model overflows),
+    Raises `InstanceError` for bad input (naming the likely field when the model overflows,
+    or the fitted parameter whose standard error the guarantee cannot plan for),
     `NoValidPlanError` when no plan is valid at all, `SolverError` when HiGHS does not prove
     an optimum or the re-check fails.
     """
     started = time.perf_counter()
-    loaded = _with_deadline(load_instance(instance, platform=platform), deadline_s)
-    planning = _planning_noise(loaded, guarantee, noise)
+    given = _with_deadline(load_instance(instance, platform=platform), deadline_s)
+    planning = _planning_noise(given, guarantee, noise)
+    loaded, coverage = corner(given, planning)  # under a guarantee, the fit's adverse corner
     values = model.parameter_values(loaded.parameters())
     memory = loaded.platform.memory.values()
     deadline = loaded.objective.deadline_s
@@ -337,7 +346,8 @@ def solve(
         selected_by=selection.selected_by,
         solver_status=selection.solver_status,
         solve_seconds=time.perf_counter() - started,
-        solved_from=loaded,
+        solved_from=given,
+        fit_coverage=coverage,
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from lambdadnn.models.bounds import Bounds
+from lambdadnn.solver.fit_uncertainty import FitCoverage
 from lambdadnn.solver.instance import Instance, instance_mapping
 
 Status = Literal["optimal", "infeasible"]
@@ -64,14 +65,19 @@ class PlanFigures:
 
 @dataclass(frozen=True)
 class Evaluation(PlanFigures):
-    """The answer of `evaluate()`: the figures of any plan, and why it is not feasible."""
+    """The answer of `evaluate()`: the figures of any plan, and why it is not feasible.
+    `fit_coverage` is as in `Plan`."""
 
     valid: bool
     feasible: bool
     violations: tuple[str, ...]
+    fit_coverage: FitCoverage | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.fit_coverage is None:
+            del out["fit_coverage"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ class Plan(PlanFigures):
     model is `solver_status` (`not_run` when it was not needed; linopy-style, the two
     statuses are never conflated). `solved_from` is the instance solved (its platform and
     deadline as given to `solve`), kept by reference and written out only by `to_dict()`.
+    Under a guarantee, a profiled instance is planned at its fit's adverse corner (MODEL.md,
+    "Fit uncertainty"): the figures are the corner's, `fit_coverage` says what was covered,
+    and `solved_from` stays the instance as fitted, so a launch predicts at the fitted values.
     """
 
     status: Status
@@ -97,15 +106,18 @@ class Plan(PlanFigures):
     solver_status: str
     solve_seconds: float
     solved_from: Instance = field(compare=False, repr=False)
+    fit_coverage: FitCoverage | None = None  # None: no `fit:` section or no guarantee
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping: `status` first, every field, the bounds, `margin_s` and the
-        instance solved as `instance_spec` (`instance_mapping`: the platform inline), so that
-        a plan's JSON is all a launcher needs to predict the run."""
+        """A JSON-ready mapping: `status` first, every field (`fit_coverage` only when there
+        is one), the bounds, `margin_s` and the instance solved as `instance_spec`
+        (`instance_mapping`: the platform inline), so that a plan's JSON is all a launcher
+        needs to predict the run."""
         out: dict[str, Any] = {"status": self.status}
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name != "solved_from":
+            absent = item.name == "fit_coverage" and value is None
+            if item.name != "solved_from" and not absent:
                 nested = is_dataclass(value) and not isinstance(value, type)
                 out[item.name] = asdict(value) if nested else value
         out["bounds"] = self.bounds.to_dict()

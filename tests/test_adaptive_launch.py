@@ -55,8 +55,8 @@ def _decision(action: str, functions: int, memory_mb: int, next_check: int) -> D
     return Decision(
         action=action, reason=f"scripted: {functions} × {memory_mb} MB",
         at_iteration=0.0, at_s=0.0, functions=functions, memory_mb=memory_mb, previous=None,
-        local_batch=32 / functions, predicted_s=1.0, cost_usd=0.0, slack_s=0.0, rate_ratio=1.0,
-        communication_ratio=1.0, compute_cv=0.0, failure_rate_per_hour=0.0,
+        local_batch=32 / functions, predicted_s=1.0, cost_usd=0.0, slack_s=0.0, p_meet=1.0,
+        rate_ratio=1.0, communication_ratio=1.0, compute_cv=0.0, failure_rate_per_hour=0.0,
         next_check_iteration=next_check,
     )
 
@@ -242,6 +242,24 @@ def test_adaptive_run_observes_each_timed_iteration_once() -> None:
     np.testing.assert_allclose(first.communication_s, [0.4] * 4)  # the least exchange
     assert run.observation(records(0, 4)).iterations == 0  # nothing new
     assert run.observation(records(0, 6)).iterations == 2
+
+
+def test_adaptive_run_measures_each_rounds_set_up_once() -> None:
+    """A round's set-up, from its launch to its last rank's first iteration, reaches the
+    controller once, at the first check after that rank started; a round not started yet
+    waits for a later check."""
+    run = AdaptiveRun(SPEC, Script((2, 1769), [(3, 2, 1769)]))
+    run.launched(100.0)
+
+    def records(first_at: list[float | None]) -> list[dict[str, Any]]:
+        return [{"round": 0, "rank": rank, "first_iteration": 0, "first_at": at,
+                 "compute_s": [1.0], "exchange_s": [0.1]}
+                for rank, at in enumerate(first_at)]
+
+    assert run.observation(records([None, None])).rounds == 0
+    seen = run.observation(records([103.0, 104.5]))
+    assert (seen.rounds, seen.setup_s) == (1, pytest.approx(4.5))
+    assert run.observation(records([103.0, 104.5])).rounds == 0  # counted once
 
 
 # -- AWS ----------------------------------------------------------------------------------

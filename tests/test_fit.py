@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.fit import Trial, _batch_split, fit_trials
+from lambdadnn.launcher.fit import Grid, Trial, _batch_split, fit_trials
 from lambdadnn.launcher.profile import Capacity, TrialPlan, design
 
 MODEL_MB = 0.4
@@ -28,6 +28,9 @@ CAPACITY = Capacity(name="test-1-of-2-cpus", backend="local", max_vcpu=1.0, max_
                     max_functions=8, architecture="x86_64", price_per_gb_second=1.6e-5,
                     price_per_request=2e-7)
 RESTART_ROUNDS = 3
+# Where CAPACITY's instance is solved: R(m) from the design's lowest memory to one vCPU, and as
+# many functions of 442 MB as its one vCPU holds.
+GRID = Grid(memory_mb=(442, 1769), functions=4, trial_functions=4)
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ def trials(truth: Truth, seed: int, noise: float, repeats: int = 1) -> list[Tria
 
 
 def fit(trials_: list[Trial]) -> dict[str, tuple[float, float | None, bool]]:
-    fitted = fit_trials(trials_, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS)
+    fitted = fit_trials(trials_, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS,
+                        grid=GRID)
     return {name: (e.value, e.stderr, e.identified) for name, e in fitted.estimates.items()}
 
 
@@ -125,12 +129,19 @@ def test_the_fit_recovers_known_parameters_within_their_errors(
     measured 4 times, so the errors rest on enough spare trials to be near-normal). Not 4:
     where the exchange dwarfs the compute (bandwidth 50 MB/s, latency 8 ms) R's slope and
     intercept are nearly collinear, the linearised errors understate their spread, and one
-    of these 40 × 7 checks once came out at 4.09 (slope 17, intercept 0, seed 2355)."""
+    of these 40 × 7 checks once came out at 4.09 (slope 17, intercept 0, seed 2355).
+    Except R's two: where the compute is under a tenth of an iteration even at one vCPU, 2%
+    noise on the iteration leaves R(m) known to worse than ±25% (it is, below about 7%), and
+    they are said not identified instead."""
     truth = Truth(slope, intercept, bandwidth, latency, base, per_function, overhead)
     found = fit(trials(truth, seed=seed, noise=0.02, repeats=4))
+    share = BATCH / (slope * 1769 + intercept) / truth.iteration_s(1, 1769, BATCH)
     for name, value in truth.by_name().items():
         estimate, stderr, identified = found[name]
-        assert identified and stderr is not None and stderr > 0, name
+        if not identified:
+            assert share < 0.1 and name.startswith("profile.rate."), (name, share)
+            continue
+        assert stderr is not None and stderr > 0, name
         assert abs(estimate - value) <= 5 * stderr, (name, estimate, value, stderr)
 
 
@@ -167,7 +178,8 @@ def test_a_parameter_the_trials_show_no_effect_of_is_flagged() -> None:
 
 def test_the_restart_overhead_without_restarts_is_flagged() -> None:
     plain = [replace(t, restarts=0, restart_gap_s=()) for t in trials(TRUTH, 0, 0.02)]
-    fitted = fit_trials(plain, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS)
+    fitted = fit_trials(plain, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS,
+                        grid=GRID)
     overhead = fitted.estimates["platform.restart_overhead_s"]
     assert (overhead.value, overhead.stderr, overhead.identified) == (0.0, None, False)
     assert "no trial restarted" in overhead.note
@@ -175,7 +187,7 @@ def test_the_restart_overhead_without_restarts_is_flagged() -> None:
 
 def test_the_per_function_bandwidth_is_never_claimed() -> None:
     fitted = fit_trials(trials(TRUTH, 0, 0.02), model_size_mb=MODEL_MB, reference_batch=BATCH,
-                        bounds=BOUNDS)
+                        bounds=BOUNDS, grid=GRID)
     limit = fitted.estimates["parameter_server.function_bandwidth_mbps"]
     assert not limit.identified
     assert limit.value == fitted.estimates["parameter_server.bandwidth_mbps"].value
@@ -183,7 +195,8 @@ def test_the_per_function_bandwidth_is_never_claimed() -> None:
 
 def test_residuals_are_per_trial_and_only_at_the_reference_batch() -> None:
     noisy = trials(TRUTH, 3, 0.02)
-    fitted = fit_trials(noisy, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS)
+    fitted = fit_trials(noisy, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS,
+                        grid=GRID)
     assert len(fitted.iteration_residuals) == len(noisy)
     for trial, residual in zip(noisy, fitted.iteration_residuals, strict=True):
         assert (residual is None) == (trial.local_batch != BATCH)
@@ -205,7 +218,7 @@ def test_a_design_that_cannot_identify_the_model_is_one_line(
 ) -> None:
     with pytest.raises(LaunchError) as raised:
         fit_trials(_reference(points), model_size_mb=MODEL_MB, reference_batch=BATCH,
-                   bounds=BOUNDS)
+                   bounds=BOUNDS, grid=GRID)
     message = str(raised.value)
     assert "\n" not in message
     assert "at least 5 trial runs at the reference batch 64" in message
@@ -214,10 +227,10 @@ def test_a_design_that_cannot_identify_the_model_is_one_line(
 
 def test_trials_at_another_batch_do_not_count_towards_the_minimum() -> None:
     enough = _reference([(1, 1769), (1, 884), (2, 884), (1, 294), (4, 442)])
-    fit_trials(enough, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS)
+    fit_trials(enough, model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS, grid=GRID)
     with pytest.raises(LaunchError):
         fit_trials([*enough[:4], replace(enough[4], local_batch=2 * BATCH)],
-                   model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS)
+                   model_size_mb=MODEL_MB, reference_batch=BATCH, bounds=BOUNDS, grid=GRID)
 
 
 @given(per_sample=st.floats(1e-5, 1e-2), per_iteration=st.floats(0.0, 0.5),
@@ -250,7 +263,7 @@ def test_a_report_that_timed_nothing_is_refused() -> None:
     from lambdadnn.launcher.spec import LaunchReport, Prediction
     from lambdadnn.launcher.timings import RunTimings
 
-    spec = _spec((1, 1769, BATCH, 10), CAPACITY)
+    spec = _spec(TrialPlan(1, 1769, BATCH, 10, 900.0, "pilot", 0.0, False), CAPACITY)
     empty = RunTimings(startup_s=(), restart_gap_s=(), training_s=None, iterations_timed=0,
                        iteration_median_s=None, iteration_p90_s=None, compute_median_s=None,
                        exchange_median_s=None, compute_s=0.0, exchange_s=0.0)

@@ -178,8 +178,15 @@ def fake_runner(truth: Truth, noise: float, seed: int, ran: list[LaunchSpec]) ->
 
 
 @pytest.fixture
-def profiled(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], list[LaunchSpec]]:
+def idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake runner's workload sizes, and an idle machine (a load average of 0): the load of
+    the machine running the tests must not leave the fake trials out."""
     monkeypatch.setattr("lambdadnn.launcher.profile.workload_sizes", lambda *_: dict(SIZES))
+    monkeypatch.setattr("lambdadnn.launcher.profile._load_average", lambda: 0.0)
+
+
+@pytest.fixture
+def profiled(idle: None) -> tuple[dict[str, Any], list[LaunchSpec]]:
     ran: list[LaunchSpec] = []
     steps: list[tuple[int, int, str]] = []
     mapping = profile_workload("digits-cnn", CAPACITY, fake_runner(TRUTH, 0.01, 1, ran),
@@ -203,10 +210,7 @@ def test_the_profile_recovers_the_known_parameters(
     parameters = mapping["fit"]["parameters"]
     for name, value in TRUTH.by_name().items():
         entry = parameters[name]
-        assert entry["identified"], name
-        if entry["stderr"] is None:  # one restart gap only: see the design's restart trial
-            assert entry["value"] == pytest.approx(value, rel=0.25), name
-            continue
+        assert entry["identified"] and entry["stderr"] is not None, name
         assert abs(entry["value"] - value) <= 4 * entry["stderr"], (name, entry, value)
     profile = mapping["profile"]
     assert profile["latency_s"] == parameters["profile.latency_s"]["value"]
@@ -273,11 +277,14 @@ def test_a_bad_workload_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_short_real_profile(tmp_path: Path) -> None:
-    """The digits MLP profiled for real on this machine with a 40 s budget."""
+    """The digits MLP profiled for real on this machine with a 40 s budget. The machine running
+    the tests may be loaded: `--max-load` keeps every trial in (leaving trials out under load
+    is tested with the fake runner, tests/test_fit_identified.py); the load is recorded."""
     out = tmp_path / "mlp.yaml"
     done = subprocess.run(
         [LAMBDADNN, "profile", "--workload", "digits-mlp", "--budget-s", "40", "--out", str(out),
-         "--json"], capture_output=True, text=True, timeout=180, check=False)
+         "--max-load", "1000000", "--json"], capture_output=True, text=True, timeout=180,
+        check=False)
     assert done.returncode == 0, done.stderr
     mapping = yaml.safe_load(out.read_text())
     assert json.loads(done.stdout)["fit"] == mapping["fit"]
@@ -287,6 +294,8 @@ def test_a_short_real_profile(tmp_path: Path) -> None:
     assert mapping["fit"]["seconds"] > 0
     assert len(mapping["fit"]["runs"]) >= 5
     assert all(math.isfinite(run["error"]) for run in mapping["fit"]["runs"])
+    assert all(run["load_before"] >= 0 and run["load_after"] >= 0 and run["left_out"] is None
+               for run in mapping["fit"]["runs"])
     solved = subprocess.run([LAMBDADNN, "solve", str(out), "--json"], capture_output=True,
                             text=True, timeout=180, check=False)
     assert solved.returncode in (0, 3), solved.stderr

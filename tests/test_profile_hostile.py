@@ -277,3 +277,37 @@ def test_ctrl_c_during_the_factory_exits_130_in_one_line(hostile: str, tmp_path:
     assert process.returncode == 130, err
     assert err.startswith("error: ") and err.count("\n") == 1 and "SIGINT" in err, err
     assert not (tmp_path / "x.yaml").exists()
+
+
+# -- --max-load --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "-inf", "nan", "1e7", "abc", "", "0x10"])
+def test_a_max_load_out_of_range_is_a_usage_error_before_anything_runs(
+    value: str, tmp_path: Path, stub_profile: list[str],
+) -> None:
+    """`--max-load` is a positive finite number up to 10⁶: anything else is click's usage
+    error (exit 2) naming the option, and neither the factory nor a trial runs."""
+    result = profile("--max-load", value, "--out", str(tmp_path / "x.yaml"))
+    assert result.exit_code == 2, result.output
+    assert "--max-load" in result.output and "Traceback" not in result.output
+    assert stub_profile == []
+    assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize(("given", "passed"), [([], None), (["--max-load", "3.5"], 3.5)])
+def test_max_load_reaches_the_profile(
+    given: list[str], passed: float | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The option, or None for the default (the machine's CPUs), is what `profile_workload`
+    gets."""
+    got: dict[str, Any] = {}
+
+    def stub(workload: str, *_args: Any, **kwargs: Any) -> dict[str, Any]:
+        got.update(kwargs)
+        return dict(MAPPING)
+
+    monkeypatch.setattr(lambdadnn.launcher.profile, "profile_workload", stub)
+    result = profile(*given, "--json", "--out", str(tmp_path / "x.yaml"))
+    assert result.exit_code == 0, result.output
+    assert got["max_load"] == passed

@@ -68,6 +68,7 @@ class Segment:
     compute_s: FloatArray  # iterations × workers: each worker's compute, measured
     exchange_s: FloatArray  # per iteration: the exchange after the slowest compute, measured
     setup_s: float  # cold starts, start-up, data and checkpoint loads in it, measured
+    rounds: int  # invocation rounds begun in it (a plan's first, and each after a timeout)
     failures: int  # crashes in it
     exposure_s: float  # function-seconds up (after cold start) in it: crash exposure
 
@@ -316,6 +317,7 @@ class Session:
         """Enter the plan and run it to the stop; the segment, measured (`record` False: the
         iterations are not kept, as `run_plan` needs only the record)."""
         begin, samples, failures = self.elapsed_s, self.samples_done, self._failures
+        rounds = self._rounds
         setup, exposed = self._setup_s, self._exposure(self.elapsed_s)
         self._recorded = _Recorded() if record else None
         if not self.done:
@@ -344,7 +346,7 @@ class Session:
         return Segment(
             functions=n, memory_mb=m, seconds=seconds, samples=self.samples_done - samples,
             compute_s=compute, exchange_s=exchange, setup_s=setup_s,
-            failures=self._failures - failures,
+            rounds=self._rounds - rounds, failures=self._failures - failures,
             exposure_s=self._exposure(self.elapsed_s) - exposed,
         )
 

@@ -1,0 +1,494 @@
+"""`solve(..., guarantee=p)` on a profiled instance: the share p covers the fit's standard
+errors as well as the run's noise (docs/MODEL.md, "Fit uncertainty").
+
+The claim is checked by sampling with this module's own sampler (`sampled_times`): every run
+draws the fitted parameters from the fit's normals — independently, all together the slow
+way (the worst correlation for a sum), or slope and intercept correlated as a joint least
+squares fit makes them — takes the plan's per-iteration figures from MODEL.md by hand
+(`tests.by_hand`) and draws the noise from `NoiseModel`'s definition with the slowest-worker
+draw of `tests.test_guarantee`. Nothing of the planner's corner, noise tables or compiled
+model is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import yaml
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lambdadnn import Instance, InstanceError, evaluate, load_instance, solve
+from lambdadnn.cli import main
+from lambdadnn.models.noise import NoiseModel
+from lambdadnn.solver.instance import instance_mapping
+from tests.by_hand import hand, problem_of
+from tests.test_guarantee import CHUNK, least_hits, slowest_normal
+
+Array = npt.NDArray[np.float64]
+Correlation = Literal["independent", "together", "joint-fit"]
+
+# --- an independent sampler of runs under the fit's belief and the noise ------------------
+
+#: Each fitted parameter's place among MODEL.md's plain numbers (`tests.oracle.Problem`) and
+#: the sign of the change that slows a run (read off MODEL.md's equations, not the planner).
+PROBLEM_FIELD: dict[str, tuple[str, int]] = {
+    "profile.rate.slope": ("alpha1", -1),
+    "profile.rate.intercept": ("beta1", -1),
+    "parameter_server.bandwidth_mbps": ("b_p", -1),
+    "parameter_server.function_bandwidth_mbps": ("b_fmax", -1),
+    "profile.latency_s": ("latency_s", 1),
+    "profile.startup.base_s": ("startup_base_s", 1),
+    "profile.startup.per_function_s": ("startup_per_function_s", 1),
+    "platform.restart_overhead_s": ("restart_overhead_s", 1),
+}
+JOINT_FIT_CORRELATION = -0.95  # slope against intercept: their least squares fit's, typically
+MAX_ROUNDS = 100  # invocation rounds drawn per run: far beyond every deadline sampled here
+
+
+def drawn_parameters(
+    instance: Instance, correlation: Correlation, runs: int, rng: np.random.Generator
+) -> dict[str, Array]:
+    """`runs` draws of every identified parameter with a standard error, by `Problem` field:
+    normal around its value with its standard error, correlated as `correlation` says."""
+    assert instance.fit is not None
+    fitted = [(PROBLEM_FIELD[p.name], p.value, p.stderr) for p in instance.fit.parameters
+              if p.identified and p.stderr and p.name in PROBLEM_FIELD]
+    shared = rng.standard_normal(runs)
+    rho = JOINT_FIT_CORRELATION
+
+    def standard(field: str, slow: int) -> Array:
+        if correlation == "together":
+            return slow * shared
+        if correlation == "joint-fit" and field == "alpha1":
+            return shared
+        if correlation == "joint-fit" and field == "beta1":
+            return rho * shared + math.sqrt(1 - rho * rho) * rng.standard_normal(runs)
+        return rng.standard_normal(runs)
+
+    return {field: value + stderr * standard(field, slow)
+            for (field, slow), value, stderr in fitted}
+
+
+def sampled_times(
+    instance: Instance, n: int, m: int, noise: NoiseModel, correlation: Correlation,
+    runs: int, rng: np.random.Generator,
+) -> Array:
+    """Times of `runs` runs of plan (n, m): parameters drawn per run (`drawn_parameters`), then
+    noise as `NoiseModel` defines it. Per worker and iteration the compute time is t_comp
+    times a mean-1 lognormal (`compute_cv`); an iteration waits for the slowest of its n
+    workers and then exchanges for t_comm times a mean-1 lognormal (`bandwidth_cv`); the k
+    iterations (⌊k⌋ whole and a last one scaled by k − ⌊k⌋) add up after t_load. A run
+    restarts r = max(0, ⌈T_train/L⌉ − 1) times, paying the restart overhead each time; each
+    of its r + 1 rounds pays the start-up s0 + s1·n and waits for the slowest of n lognormal
+    cold starts. A run whose drawn rate or bandwidth is ≤ 0 never ends (+∞), and one of more
+    than `MAX_ROUNDS` rounds is counted so too (its cold starts are not drawn)."""
+    problem = problem_of(instance)
+    drawn = drawn_parameters(instance, correlation, runs, rng)
+
+    def run(j: int) -> dict[str, Any]:
+        return {field: float(values[j]) for field, values in drawn.items()}
+
+    per_run = [hand(dataclasses.replace(problem, **run(j)), n, m) for j in range(runs)]
+    iterations = hand(problem, n, m).iterations  # k does not depend on the fitted parameters
+    whole = math.floor(iterations)
+    scale = np.ones(whole + (iterations > whole))
+    scale[whole:] = iterations - whole
+    sigma_c = math.sqrt(math.log1p(noise.compute_cv**2))
+    sigma_b = math.sqrt(math.log1p(noise.bandwidth_cv**2))
+    compute, exchange = np.empty(runs), np.empty(runs)
+    per_chunk = max(1, CHUNK // len(scale))
+    for start in range(0, runs, per_chunk):
+        size = (min(per_chunk, runs - start), len(scale))
+        compute[start:start + size[0]] = np.exp(
+            sigma_c * slowest_normal(rng, n, size) - sigma_c**2 / 2) @ scale
+        exchange[start:start + size[0]] = np.exp(
+            sigma_b * rng.standard_normal(size) - sigma_b**2 / 2) @ scale
+    column = {name: np.array([getattr(f, name) for f in per_run])
+              for name in ("t_load", "t_comp", "t_comm")}
+    t_train = column["t_load"] + column["t_comp"] * compute + column["t_comm"] * exchange
+    usable = problem.timeout_s - problem.timeout_margin_s
+    restarts = np.maximum(0, np.ceil(t_train / usable) - 1)
+    at = {field: drawn.get(field, np.full(runs, getattr(problem, field)))
+          for field in ("restart_overhead_s", "startup_base_s", "startup_per_function_s",
+                        "b_p", "b_fmax")}
+    startup = at["startup_base_s"] + at["startup_per_function_s"] * n
+    rounds = int(min(restarts.max(), MAX_ROUNDS - 1)) + 1
+    cold = noise.cold_start_median_s * np.exp(
+        noise.cold_start_sigma * slowest_normal(rng, n, (runs, rounds)))
+    cold_total = np.where(np.arange(rounds) <= restarts[:, None], cold, 0.0).sum(axis=1)
+    times: Array = (t_train + restarts * at["restart_overhead_s"] + (restarts + 1) * startup
+                    + cold_total)
+    valid = np.array([f.valid for f in per_run]) & (np.minimum(at["b_p"], at["b_fmax"]) > 0)
+    valid &= restarts < MAX_ROUNDS
+    return np.where(valid, times, np.inf)
+
+
+# --- profiled instances -------------------------------------------------------------------
+
+
+def profiled(mapping: dict[str, Any], errors: dict[str, float | None]) -> Instance:
+    """The instance of `mapping` with a `fit:` section as `lambdadnn profile` writes one: each
+    named field at its value with the standard error given (None: not identified)."""
+    base = load_instance(mapping)
+
+    def value(name: str) -> float:
+        found: Any = base
+        for part in name.split("."):
+            found = getattr(found, part)
+        return float(found)
+
+    parameters = {
+        name: {"value": value(name), "stderr": error, "identified": error is not None}
+        for name, error in errors.items()
+    }
+    parameters["iteration.per_sample_s@442MB"] = {  # a diagnostic: no model field
+        "value": 1e-4, "stderr": 1e-5, "identified": True}
+    return load_instance({**mapping, "fit": {
+        "workload": "digits-cnn", "backend": "local", "seconds": 60.0, "cost_usd": 0.0,
+        "parameters": parameters,
+    }})
+
+
+@cache
+def lambda_mobilenet() -> Instance:
+    """MobileNet on Lambda with model v2's terms, profiled to a few percent: compute-bound,
+    one restart, and the fit's uncertainty several times the run's noise."""
+    mapping = instance_mapping(load_instance("instances/mobilenet-cifar10.yaml"))
+    mapping["profile"] |= {"latency_s": 0.002, "startup": {"base_s": 3.0, "per_function_s": 0.2}}
+    return profiled(mapping, {
+        "profile.rate.slope": 0.0015, "profile.rate.intercept": 0.5,
+        "parameter_server.bandwidth_mbps": 60.0, "parameter_server.function_bandwidth_mbps": None,
+        "profile.latency_s": 0.0004, "profile.startup.base_s": 0.5,
+        "profile.startup.per_function_s": 0.04, "platform.restart_overhead_s": 0.3,
+    })
+
+
+@cache
+def local_digits() -> Instance:
+    """A local profile of digits-cnn as README's table prints it: R's slope and intercept
+    known to 28% and 300% (R at 442 MB to ~40%), start-up to 10–15%, B_p not identified."""
+    return profiled({
+        "name": "digits-cnn-local",
+        "platform": {
+            "name": "local", "memory_mb": {"min": 442, "max": 1769, "step": 1},
+            "price_per_gb_second": 1.6667e-5, "price_per_request": 2e-7, "timeout_s": 60,
+            "timeout_margin_s": 5, "restart_overhead_s": 0.065, "max_concurrency": 8,
+            "max_vcpu": 3,
+        },
+        "workload": {"model_size_mb": 0.04, "dataset_size_mb": 0.5, "samples": 1437,
+                     "epochs": 10, "local_batch": 64, "max_global_batch": 1024},
+        "profile": {
+            "rate": {"slope": 6.14511, "intercept": -209.025, "saturates_at_mb": 1769},
+            "storage_bandwidth": {"slope": 0, "intercept": 1e6, "max_mbps": 1e6},
+            "latency_s": 0.000631, "startup": {"base_s": 1.63635, "per_function_s": 1.49394},
+        },
+        "parameter_server": {"bandwidth_mbps": 1e7, "function_bandwidth_mbps": 1e7,
+                             "price_per_hour": 0},
+        "objective": {"deadline_s": 20},
+    }, {
+        "profile.rate.slope": 1.7, "profile.rate.intercept": 630.0,
+        "parameter_server.bandwidth_mbps": None, "profile.latency_s": 0.00083,
+        "profile.startup.base_s": 0.25, "profile.startup.per_function_s": 0.14,
+        "platform.restart_overhead_s": 0.011, "profile.rate.saturates_at_mb": None,
+    })
+
+
+def scaled(instance: Instance, factors: dict[str, float]) -> Instance:
+    """`instance` with the named parameters' standard errors multiplied by their factors."""
+    assert instance.fit is not None
+    parameters = tuple(
+        dataclasses.replace(p, stderr=p.stderr * factors.get(p.name, 1.0))
+        if p.stderr is not None else p
+        for p in instance.fit.parameters
+    )
+    return dataclasses.replace(instance, fit=dataclasses.replace(instance.fit,
+                                                                 parameters=parameters))
+
+
+def figures(plan: Any) -> tuple[Any, ...]:
+    """What a plan or an evaluation says about the run."""
+    return (plan.functions, plan.memory_mb, plan.time_s, plan.deadline_time_s, plan.cost_usd,
+            plan.restarts, plan.time_breakdown, plan.cost_breakdown)
+
+
+# --- the guarantee, by sampling -----------------------------------------------------------
+
+# (id, instance, noise, p, correlation, runs): both profiles, at two guarantees, with the
+# parameters independent, all slow together (the worst case for a sum: the corner is then
+# the fit's exact quantile, and the noise comes on top), and slope against intercept as a
+# joint fit correlates them; and with no noise, where the fit's uncertainty is all there is.
+SAMPLED: list[tuple[str, Callable[[], Instance], NoiseModel, float, Correlation, int]] = [
+    ("lambda@0.9-independent", lambda_mobilenet, NoiseModel(), 0.9, "independent", 4000),
+    ("lambda@0.9-together", lambda_mobilenet, NoiseModel(), 0.9, "together", 4000),
+    ("lambda@0.99-together", lambda_mobilenet, NoiseModel(), 0.99, "together", 10_000),
+    ("lambda@0.9-joint-fit", lambda_mobilenet, NoiseModel(), 0.9, "joint-fit", 4000),
+    ("local@0.9-independent", local_digits, NoiseModel(), 0.9, "independent", 4000),
+    ("local@0.9-together", local_digits, NoiseModel(), 0.9, "together", 4000),
+    ("local@0.99-together", local_digits, NoiseModel(), 0.99, "together", 10_000),
+    ("local@0.99-joint-fit", local_digits, NoiseModel(), 0.99, "joint-fit", 10_000),
+    ("local@0.9-no-noise", local_digits, NoiseModel.none(), 0.9, "independent", 4000),
+]
+
+
+def _share(instance: Instance, planned_on: Instance, noise: NoiseModel, p: float,
+           correlation: Correlation, runs: int) -> tuple[int, str]:
+    """Runs of `planned_on`'s plan under `instance`'s fit within its `deadline_time_s`."""
+    plan = solve(planned_on, guarantee=p, noise=noise)
+    assert plan.status == "optimal" and plan.deadline_time_s <= plan.deadline_s
+    times = sampled_times(instance, plan.functions, plan.memory_mb, noise, correlation, runs,
+                          np.random.default_rng(8))
+    hits = int(np.count_nonzero(times <= plan.deadline_time_s))
+    summary = (f"{plan.functions} × {plan.memory_mb} MB: {hits}/{runs} within "
+               f"{plan.deadline_time_s:.3f} s (needed {least_hits(runs, p)}); sampled "
+               f"{p}-quantile {np.sort(times)[math.ceil(p * runs) - 1]:.3f} s")
+    return hits, summary
+
+
+@pytest.mark.parametrize(("make", "noise", "p", "correlation", "runs"),
+                         [case[1:] for case in SAMPLED], ids=[case[0] for case in SAMPLED])
+def test_a_profiled_plan_meets_its_deadline_over_the_fit_and_the_noise(
+    make: Callable[[], Instance], noise: NoiseModel, p: float, correlation: Correlation,
+    runs: int,
+) -> None:
+    """At least a share p of runs, the parameters drawn from the fit and the noise from the
+    noise model, end within the plan's `deadline_time_s`.
+
+    If the plan's true share is q ≥ p, its hits are Binomial(runs, q), stochastically no fewer
+    than Binomial(runs, p): requiring `least_hits(runs, p)` fails a correct planner with
+    probability ≤ 10⁻⁴ (the exact binomial tail), while a plan short by ~3% at p = 0.9 or
+    ~0.6% at 0.99 fails it. The seed is fixed, so the verdict is deterministic.
+    """
+    instance = make()
+    hits, summary = _share(instance, instance, noise, p, correlation, runs)
+    assert hits >= least_hits(runs, p), summary
+
+
+@pytest.mark.parametrize(("make", "noise", "p", "correlation", "runs"),
+                         [case[1:] for case in SAMPLED], ids=[case[0] for case in SAMPLED])
+def test_the_sampler_fails_a_plan_that_ignores_the_fit(
+    make: Callable[[], Instance], noise: NoiseModel, p: float, correlation: Correlation,
+    runs: int,
+) -> None:
+    """The same check fails the plan solved as if the fitted values were exact (the instance
+    without its `fit:` section): each case above can tell the guarantee from its absence."""
+    instance = make()
+    exact = dataclasses.replace(instance, fit=None)
+    hits, summary = _share(instance, exact, noise, p, correlation, runs)
+    assert hits < least_hits(runs, p), summary
+
+
+def test_the_plan_says_what_it_covers() -> None:
+    """`fit_coverage` lists the parameters moved (z_p standard errors the slow way) and those
+    taken at their values, with why; diagnostics of the fit that are no model field are left
+    out; the plan's JSON carries it."""
+    plan = solve(local_digits(), guarantee=0.9)
+    coverage = plan.fit_coverage
+    assert coverage is not None and coverage.z == pytest.approx(1.2815516, rel=1e-6)
+    moved = {m.name: m for m in coverage.moved}
+    assert set(moved) == {
+        "profile.rate.slope", "profile.rate.intercept", "profile.latency_s",
+        "profile.startup.base_s", "profile.startup.per_function_s",
+        "platform.restart_overhead_s",
+    }
+    slope = moved["profile.rate.slope"]
+    assert (slope.value, slope.stderr) == (6.14511, 1.7)
+    assert slope.corner == pytest.approx(6.14511 - coverage.z * 1.7, rel=1e-15)
+    assert moved["profile.startup.base_s"].corner > moved["profile.startup.base_s"].value
+    assert {(a.name, a.reason) for a in coverage.at_value} == {
+        ("parameter_server.bandwidth_mbps", "not identified"),
+        ("profile.rate.saturates_at_mb", "not identified"),
+    }
+    assert "6 fitted parameters planned 1.28 standard errors slower" in coverage.note
+    assert "parameter_server.bandwidth_mbps (not identified)" in coverage.note
+    payload = json.loads(json.dumps(plan.to_dict()))
+    assert payload["fit_coverage"]["note"] == coverage.note
+    assert payload["fit_coverage"]["moved"][0]["name"] == "profile.rate.slope"
+
+
+# --- nothing changes without a fit or without a guarantee ---------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED)
+def test_an_instance_without_a_fit_plans_as_before(path: str) -> None:
+    """No `fit:` section: no coverage and no new key in the plan's JSON; a `fit:` section
+    that identifies nothing gives the very same figures (and says so)."""
+    plain = load_instance(path)
+    mapping = instance_mapping(plain)
+    unidentified = profiled(mapping, {"profile.rate.slope": None,
+                                      "parameter_server.bandwidth_mbps": None})
+    for p in (0.9, 0.999):
+        before = solve(plain, guarantee=p)
+        assert before.fit_coverage is None and "fit_coverage" not in before.to_dict()
+        after = solve(unidentified, guarantee=p)
+        assert figures(after) == figures(before)
+        assert after.fit_coverage is not None and not after.fit_coverage.moved
+        assert "no fitted parameter has a standard error" in after.fit_coverage.note
+    evaluated = evaluate(plain, functions=4, memory_mb=2048, guarantee=0.9)
+    assert evaluated.fit_coverage is None and "fit_coverage" not in evaluated.to_dict()
+
+
+@pytest.mark.parametrize("make", [lambda_mobilenet, local_digits])
+def test_without_a_guarantee_the_fit_changes_nothing(make: Callable[[], Instance]) -> None:
+    """The mean plan and `evaluate` without a guarantee are the model's at the fitted values,
+    exactly as for the instance without its `fit:` section."""
+    fitted = make()
+    exact = dataclasses.replace(fitted, fit=None)
+    plan = solve(fitted)
+    assert plan.fit_coverage is None
+    assert figures(plan) == figures(solve(exact))
+    assert evaluate(fitted, functions=2, memory_mb=1000) == evaluate(
+        exact, functions=2, memory_mb=1000)
+
+
+@pytest.mark.parametrize("make", [lambda_mobilenet, local_digits])
+def test_evaluate_checks_the_deadline_as_solve_does(make: Callable[[], Instance]) -> None:
+    """`evaluate(..., guarantee=p)` of the plan gives the plan's own figures (the corner's),
+    and a plan that meets the deadline only at the fitted values is reported late."""
+    fitted = make()
+    plan = solve(fitted, guarantee=0.9)
+    checked = evaluate(fitted, functions=plan.functions, memory_mb=plan.memory_mb,
+                       guarantee=0.9)
+    assert figures(checked) == figures(plan)
+    assert checked.feasible and checked.fit_coverage == plan.fit_coverage
+    assert plan.fit_coverage is not None
+    assert checked.to_dict()["fit_coverage"]["note"] == plan.fit_coverage.note
+    exact = solve(dataclasses.replace(fitted, fit=None), guarantee=0.9)
+    late = evaluate(fitted, functions=exact.functions, memory_mb=exact.memory_mb,
+                    guarantee=0.9)
+    assert not late.feasible and "past the deadline" in late.violations[-1]
+
+
+def test_the_plan_keeps_the_fitted_instance() -> None:
+    """`solved_from` is the instance as given (the fitted values and the `fit:` section): a
+    launch predicts the run at the fitted values, below the corner's expected time, and the
+    plan's JSON solves again to the same plan."""
+    from lambdadnn.solver.prediction import predict_run
+
+    fitted = lambda_mobilenet()
+    plan = solve(fitted, guarantee=0.9)
+    assert plan.solved_from == fitted
+    predicted = predict_run(plan.solved_from, functions=plan.functions,
+                            memory_mb=plan.memory_mb, local_batch=plan.local_batch,
+                            iterations=plan.iterations).time_s
+    at_fit = evaluate(fitted, functions=plan.functions, memory_mb=plan.memory_mb).time_s
+    assert predicted == pytest.approx(at_fit, rel=1e-12) and predicted < plan.time_s
+    again = solve(json.loads(json.dumps(plan.to_dict()))["instance_spec"], guarantee=0.9)
+    assert figures(again) == figures(plan) and again.fit_coverage == plan.fit_coverage
+
+
+def test_solve_many_plans_a_profiled_job_as_solve_does() -> None:
+    """`solve_many` under a guarantee plans a profiled job at its fit's corner too: alone in
+    an ample pool it gets `solve`'s plan, and two that share a pool pass its re-check (the
+    model's figures for every chosen plan, by `evaluate` at the same guarantee)."""
+    from lambdadnn import Submission, solve_many
+
+    mapping = instance_mapping(lambda_mobilenet())
+    plan = solve(lambda_mobilenet(), guarantee=0.9)
+    alone = solve_many([Submission(mapping, 0.0, 1200.0)], concurrency=1000, guarantee=0.9)
+    (job,) = alone.jobs
+    assert (job.functions, job.memory_mb, job.time_s, job.cost_usd) == (
+        plan.functions, plan.memory_mb, plan.deadline_time_s, plan.cost_usd)
+    shared = solve_many([Submission(mapping, 0.0, 1200.0), Submission(mapping, 0.0, 1300.0)],
+                        concurrency=20, guarantee=0.9)
+    assert shared.status == "optimal"
+
+
+# --- a larger standard error never gives a cheaper plan -----------------------------------
+
+MOVED = [name for name in PROBLEM_FIELD if name != "parameter_server.function_bandwidth_mbps"]
+
+
+@given(
+    base=st.lists(st.floats(0.0, 2.0), min_size=len(MOVED), max_size=len(MOVED)),
+    growth=st.lists(st.floats(1.0, 2.0), min_size=len(MOVED), max_size=len(MOVED)),
+    p=st.sampled_from([0.6, 0.9, 0.99, 0.999]),
+)
+def test_a_larger_standard_error_never_gives_a_cheaper_plan(
+    base: list[float], growth: list[float], p: float
+) -> None:
+    """Property: when every fitted parameter's standard error grows (or stays), the plan's
+    cost does not fall, and a deadline that could not be met still cannot: the corner only
+    moves the slow way, so every plan's time and cost grow and fewer plans meet."""
+    fitted = lambda_mobilenet()
+    small = solve(scaled(fitted, dict(zip(MOVED, base, strict=True))), guarantee=p)
+    larger = [b * g for b, g in zip(base, growth, strict=True)]
+    large = solve(scaled(fitted, dict(zip(MOVED, larger, strict=True))), guarantee=p)
+    if large.status == "optimal":
+        assert small.status == "optimal"
+        assert small.cost_usd <= large.cost_usd * (1 + 1e-12)
+    else:
+        assert small.status == "optimal" or (
+            small.deadline_time_s <= large.deadline_time_s * (1 + 1e-12))
+
+
+# --- a corner that is no instance ---------------------------------------------------------
+
+BAD_CORNERS = [
+    ("rate", local_digits, {"profile.rate.intercept": 5e4 / 630},
+     "`profile.rate.slope` = 6.14511 ± 1.7 and `profile.rate.intercept` = -209.025 ± 5e+04"
+     " (the fit's standard errors): planned 1.28 standard errors slower for the guarantee, "
+     "R(m) samples/s is ≤ 0 at every memory up to 1769 MB"),
+    ("slope", local_digits, {"profile.rate.slope": 3.0},
+     "`profile.rate.slope` = 6.14511 ± 5.1 (the fit's standard error): planned 1.28 standard "
+     "errors slower for the guarantee, it is -0.390803, below 0, and a slope must be ≥ 0"),
+    ("bandwidth", lambda_mobilenet, {"parameter_server.bandwidth_mbps": 20.0},
+     "`parameter_server.bandwidth_mbps` = 1200 ± 1.2e+03 (the fit's standard error): planned "
+     "1.28 standard errors slower for the guarantee, it is -337.862, not positive"),
+    ("seconds", local_digits, {"profile.startup.base_s": 1e10},
+     "`profile.startup.base_s` = 1.63635 ± 2.5e+09 (the fit's standard error): planned 1.28 "
+     "standard errors slower for the guarantee, it is 3.20388e+09, above 1e+09 s"),
+]
+
+
+@pytest.mark.parametrize(("make", "factors", "message"), [case[1:] for case in BAD_CORNERS],
+                         ids=[case[0] for case in BAD_CORNERS])
+def test_a_corner_that_is_no_instance_is_one_clear_error(
+    make: Callable[[], Instance], factors: dict[str, float], message: str
+) -> None:
+    """A standard error so large that the parameter, moved for the guarantee, leaves the
+    model's range is refused in one line naming it, its value ± standard error and the fix,
+    by `solve` and `evaluate` alike; a call that failed changes no later answer, and a lower
+    guarantee (a smaller move) may still plan."""
+    good = make()
+    before = solve(good, guarantee=0.9)
+    bad = scaled(good, factors)
+    for _ in range(2):
+        with pytest.raises(InstanceError) as raised:
+            solve(bad, guarantee=0.9)
+        text = str(raised.value)
+        assert message in text and "\n" not in text, text
+        assert text.endswith("profile longer: `lambdadnn profile --budget-s`")
+        with pytest.raises(InstanceError, match="profile longer"):
+            evaluate(bad, functions=1, memory_mb=1000, guarantee=0.9)
+    assert figures(solve(good, guarantee=0.9)) == figures(before)
+    assert solve(bad).fit_coverage is None  # the mean plan does not move the parameters
+
+
+def test_the_command_line_shows_the_coverage_and_refuses_a_bad_corner(tmp_path: Path) -> None:
+    """`lambdadnn solve --guarantee` prints the fit's coverage under the plan; a bad corner is
+    one `error:` line and exit 1, never a traceback."""
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump(instance_mapping(local_digits())))
+    bad.write_text(yaml.safe_dump(instance_mapping(
+        scaled(local_digits(), {"profile.rate.slope": 3.0}))))
+    shown = CliRunner().invoke(main, ["solve", str(good), "--guarantee", "0.9"])
+    assert shown.exit_code == 0, shown.stderr
+    assert "fit uncertainty: 6 fitted parameters planned 1.28 standard errors" in shown.stdout
+    refused = CliRunner().invoke(main, ["solve", str(bad), "--guarantee", "0.9"])
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
+    assert "`profile.rate.slope` = 6.14511 ± 5.1" in refused.stderr
