@@ -136,11 +136,12 @@ def predict(truth: Instance, rounds: Sequence[dict[str, Any]], iterations: int
     From the profile (the right belief, whichever belief planned the run), at each round's
     n × m (a static run has one round; an adaptive run one more per switch): the round is
     `round_instance` (its iterations at the run's global batch) evaluated with
-    `guarantee=0.95`, which gives its mean under the noise model `solve` plans with
-    (stragglers, cold starts) as `time_s` and its 95% quantile as `deadline_time_s`, and
-    covers whatever else the solver covers at a guarantee (the fit's uncertainty, when the
-    instance carries it). The noise model clamps its normal quantile at 0 below p = 0.5, so
-    the 5% quantile is the mirror image, mean − (q95 − mean). Each round pays its start-up
+    `guarantee=0.95`: without its `fit:` section that gives its mean under the noise model
+    `solve` plans with (stragglers, cold starts) as `time_s`, the point prediction; with it,
+    its 95% quantile as `deadline_time_s`, covering whatever else the solver covers at a
+    guarantee (the fit's standard errors and the trials' spread about it, MODEL.md "Fit
+    uncertainty"). The noise model clamps its normal quantile at 0 below p = 0.5, so the 5%
+    quantile is the mirror image, mean − (q95 − mean). Each round pays its start-up
     and data load, as a switch does; rounds add up: their means, and their spreads
     q95 − mean (exact for one round, conservative for several). A round the run did not
     finish (a failed run) is predicted to the run's last iteration.
@@ -152,10 +153,13 @@ def predict(truth: Instance, rounds: Sequence[dict[str, Any]], iterations: int
         batch = round(float(round_["local_batch"]) * functions)
         last = iterations if round_["iterations_to"] is None else int(round_["iterations_to"])
         done = max(1, last - int(round_["iterations_from"]))  # a round always starts up
-        figures = evaluate(round_instance(truth, batch, done), functions=functions,
-                           memory_mb=memory, guarantee=upper)
-        mean += figures.time_s
-        spread += figures.deadline_time_s - figures.time_s
+        at = round_instance(truth, batch, done)
+        point = evaluate(dataclasses.replace(at, fit=None), functions=functions,
+                         memory_mb=memory, guarantee=upper).time_s
+        quantile = evaluate(at, functions=functions, memory_mb=memory,
+                            guarantee=upper).deadline_time_s
+        mean += point
+        spread += quantile - point
     return mean, mean - spread, mean + spread
 
 

@@ -5,8 +5,10 @@ Three fits, each to the figures of `launcher.timings` that the parameters govern
 - iterations: the mean iteration time of every run at the reference batch, against
   b/R(m) + 2·(d_m·n/B_p + λ) with R(m) = α1·m + β1 (relative residuals, so a run at 256 MB
   weighs as much as one at 1,769 MB); scipy's trust-region least squares with Huber's loss
-  (`_HUBER_SCALE`), bounded to the values the instance loader accepts: a trial that a burst
-  of load slowed moves the fit by a bounded amount instead of by its square;
+  (`_huber_scale`: from the trials' own spread), bounded to the values the instance loader
+  accepts: a trial that a burst of load slowed moves the fit by a bounded amount instead of
+  by its square; and the trials' spread about the fit (`_run_spread`), which a guaranteed
+  plan covers;
 - start-up: every round's time to first iteration against s0 + s1·n (ordinary least squares);
 - restart overhead: the mean gap between a round's last update and the next round's launch.
 
@@ -41,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lambdadnn.launcher import LaunchError
+from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
 
 if TYPE_CHECKING:
     from lambdadnn.launcher.spec import LaunchReport
@@ -58,11 +61,16 @@ _MIN_REFERENCE_TRIALS = 5  # at the reference batch: to fit the 4 iteration para
 # and its 95% interval (±50%) is still one a plan can be sized for. Looser, a rate or an
 # exchange time can be drawn ≤ 0; the loaded machine's R intercept (±3e9) is far beyond it.
 _MAX_RELATIVE_SE = 0.25
-# Huber's loss turns from squares to absolute values at this relative miss of a trial's mean
-# iteration time: Huber's tuning, 1.345 σ (95% as efficient as least squares on normal
-# errors), for σ ≈ 4%, how far a trial misses the fit on an idle machine (the first trials of
-# the README's digits-cnn profile: 0.4–8.6%, 4.7% root mean square). Slowed more, it weighs less.
+# Huber's loss turns from squares to absolute values at 1.345 σ (Huber's tuning: 95% as
+# efficient as least squares on normal errors), σ the trials' own relative spread about the
+# least-squares fit, estimated robustly (1.4826 × their median absolute deviation), but never
+# below this scale: 1.345 × 4%, how far a trial misses the fit on an idle machine (the first
+# trials of an earlier digits-cnn profile: 0.4–8.6%, 4.7% root mean square). A fixed 5% left
+# all but three of 18 trials beyond it on this VM, whose runs repeat to ±10–15%, and so no
+# error to judge R(m) by. Slowed more than the scale, a trial weighs less.
 _HUBER_SCALE = 0.05
+_HUBER_TUNING = 1.345
+_MAD_TO_SD = 1.4826  # σ = 1.4826 × MAD for normal errors
 _WIDEST_TRIAL = 4  # the most functions a suggested trial runs: the design's widest
 
 
@@ -167,6 +175,7 @@ class FittedModel:
     estimates: dict[str, Estimate]
     iteration_residuals: tuple[float | None, ...]
     batch_split: dict[str, Estimate]
+    rate_correlation: float | None = None  # of R's slope and intercept errors, when identified
 
     @property
     def missing(self) -> tuple[Point, ...]:
@@ -196,22 +205,39 @@ def _widening(spare: int) -> float:
     return float((t.ppf(0.975, spare) / norm.ppf(0.975)) ** 2)
 
 
-def _robust_covariance(residuals: Array, jacobian: Array) -> Array | None:
+def _huber_scale(residuals: Array) -> float:
+    """Where Huber's loss turns: 1.345 × the residuals' robust σ, at least `_HUBER_SCALE`."""
+    deviation = float(np.median(np.abs(residuals - np.median(residuals))))
+    return max(_HUBER_SCALE, _HUBER_TUNING * _MAD_TO_SD * deviation)
+
+
+def _robust_covariance(residuals: Array, jacobian: Array, scale: float) -> Array | None:
     """The covariance of a Huber fit: Huber's (1981, §7.6) K²·[Σψ(r)²/(n−p)]/[mean ψ'(r)]²·
     (JᵀJ)⁻¹ with K = 1 + (p/n)·var ψ'/(mean ψ')² (statsmodels' RLM "H1"), ψ(r) = r clipped to
-    ±`_HUBER_SCALE` and J the unweighted Jacobian (scipy's `jac` is reweighted by the loss).
+    ±`scale` and J the unweighted Jacobian (scipy's `jac` is reweighted by the loss).
     With every residual inside the scale it is least squares' σ²·(JᵀJ)⁻¹; widened for the
     spare trials (`_widening`). None with too few spare trials, or no more trials than
-    parameters inside the scale: their spread cannot be told."""
-    n, p = jacobian.shape
-    inside = np.abs(residuals) <= _HUBER_SCALE
-    if int(inside.sum()) <= p or n - p < _MIN_RUNS_PER_PARAMETER:
+    parameters inside the scale (`_no_error` says which): their spread cannot be told."""
+    if _no_error(residuals, jacobian.shape[1], scale):
         return None
-    psi = np.clip(residuals, -_HUBER_SCALE, _HUBER_SCALE)
+    n, p = jacobian.shape
+    inside = np.abs(residuals) <= scale
+    psi = np.clip(residuals, -scale, scale)
     share = float(inside.mean())  # mean ψ'; ψ' is 1 inside the scale, 0 outside
     correction = 1 + p / n * (1 - share) / share
     sigma2 = correction**2 * float(psi @ psi) / (n - p) / share**2
     return _covariance(jacobian, sigma2 * _widening(n - p))
+
+
+def _no_error(residuals: Array, parameters: int, scale: float) -> str:
+    """Why a Huber fit's residuals give no error estimate, or "" when they do."""
+    if residuals.size - parameters < _MIN_RUNS_PER_PARAMETER:
+        return f"fewer than {_MIN_RUNS_PER_PARAMETER} spare trials to estimate its error from"
+    inside = int(np.sum(np.abs(residuals) <= scale))
+    if inside <= parameters:
+        return (f"only {inside} of {residuals.size} trials are within {scale:.0%} of the fit, "
+                f"too few to estimate its error from")
+    return ""
 
 
 def _linear(x: Array, y: Array) -> tuple[Array, Array | None]:
@@ -235,14 +261,30 @@ def _worst(values: Array, gradients: Array, covariance: Array) -> tuple[float, i
     return float(relative[where]), where
 
 
+def _listed(items: Sequence[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def _ask(points: Sequence[Point]) -> str:
-    """The trials to add, as the end of a note."""
-    named = [str(p) for p in points]
-    if not named:
+    """The trials to add, as the end of a note: points that differ only in memory, or only in
+    batch, share one phrase ("n = 1 near 442, 884 and 1,769 MB"), so that a note stays within
+    the loader's `MAX_NOTE_CHARS` however large the numbers."""
+    if not points:
         return "; no trial within this capacity would identify it"
-    if len(named) == 1:
-        return f"; add a trial at {named[0]}"
-    return f"; add trials at {', '.join(named[:-1])} and {named[-1]}"
+    first = points[0]
+    trials = "a trial" if len(points) == 1 else "trials"
+    restarts = " with restarts" if first.restarts else ""
+    if len(points) > 1 and all(replace(p, memory_mb=first.memory_mb) == first for p in points):
+        batch = "" if first.local_batch is None else f" at batch {first.local_batch}"
+        memories = _listed([f"{p.memory_mb:,}" for p in points])
+        return f"; add {trials} at n = {first.functions} near {memories} MB{batch}{restarts}"
+    if len(points) > 1 and all(replace(p, local_batch=first.local_batch) == first
+                               for p in points):
+        batches = _listed([str(p.local_batch) for p in points])
+        return (f"; add {trials} at n = {first.functions} near {first.memory_mb:,} MB at "
+                f"batches {batches}{restarts}")
+    return f"; add {trials} at {_listed([str(p) for p in points])}"
 
 
 def _relative(error: float) -> str:
@@ -253,14 +295,16 @@ def _relative(error: float) -> str:
 def _judged(
     names: Sequence[str], values: Array, stderrs: Sequence[float | None], fed: str,
     worst: tuple[float, str] | None, needs: tuple[Point, ...], note: str,
-    held: Sequence[bool] = (),
+    held: Sequence[bool] = (), no_error: str = "",
 ) -> dict[str, Estimate]:
     """Estimates of parameters judged together on what they feed (`fed`): at most `worst[0]`
     relative standard error, at `worst[1]`, or None when no error could be estimated. A
-    parameter `held` at its bound is not identified whatever the others are."""
+    parameter `held` at its bound is not identified whatever the others are; `no_error` says
+    why no error could be estimated, when it is not for too few spare trials."""
     known = ""
     if worst is None:
-        reason = f"fewer than {_MIN_RUNS_PER_PARAMETER} spare trials to estimate its error from"
+        reason = no_error or (
+            f"fewer than {_MIN_RUNS_PER_PARAMETER} spare trials to estimate its error from")
     elif math.isinf(worst[0]):
         reason = f"{fed} is not positive at {worst[1]}"
     elif worst[0] > _MAX_RELATIVE_SE:
@@ -369,8 +413,10 @@ def _batch_split(trials: Sequence[Trial]) -> dict[str, Estimate]:
 def _iterations(
     trials: Sequence[Trial], model_size_mb: float, bounds: dict[str, tuple[float, float]],
     grid: Grid,
-) -> tuple[dict[str, Estimate], Array]:
-    """Fit α1, β1, B_p, λ to the mean iteration times (relative residuals, Huber's loss)."""
+) -> tuple[dict[str, Estimate], Array, float | None]:
+    """Fit α1, β1, B_p, λ to the mean iteration times (relative residuals, Huber's loss):
+    their estimates, the residuals, and the correlation of α1's and β1's errors when both are
+    identified (else None)."""
     from scipy.optimize import least_squares
 
     n = np.array([t.functions for t in trials], dtype=float)
@@ -402,9 +448,9 @@ def _iterations(
     # the scale, the loss is all absolute values, and the search can wander off to R → ∞.
     plain = least_squares(residuals, start, jac=jacobian, bounds=(low, high), x_scale="jac",
                           max_nfev=10_000)
+    scale = _huber_scale(plain.fun)
     solution = least_squares(residuals, plain.x, jac=jacobian, bounds=(low, high),
-                             x_scale="jac", loss="huber", f_scale=_HUBER_SCALE,
-                             max_nfev=10_000)
+                             x_scale="jac", loss="huber", f_scale=scale, max_nfev=10_000)
     x = np.asarray(solution.x, dtype=np.float64)
     if not solution.success or np.any(x[0] * m + x[1] <= 0):
         raise LaunchError(
@@ -414,7 +460,8 @@ def _iterations(
     # Every parameter's column, also of one at its bound: held there, it would make the others
     # look known exactly as far as they trade off against it (a latency held at 0 while R's
     # intercept absorbs it, from trials at nearly one memory, left R "known to ±2%" and 3× off).
-    covariance = _robust_covariance(solution.fun, jacobian(x))
+    covariance = _robust_covariance(solution.fun, jacobian(x), scale)
+    no_error = _no_error(solution.fun, len(names), scale)
     lowest, highest = grid.memory_mb
     widest = min(grid.trial_functions, _WIDEST_TRIAL)
     # R(m) and a constant part of the iteration (λ) are told apart by R's curvature in m: the
@@ -446,21 +493,24 @@ def _iterations(
     bandwidth = judge(slice(2, 3), x[2:3], np.ones((1, 1)), [""])
     estimates = {
         **_judged(names[:2], x[:2], stderrs[:2], "R(m)", rate, rate_needs, rate_note,
-                  held[:2]),
+                  held[:2], no_error),
         **_judged(names[2:3], x[2:3], stderrs[2:3], "B_p", bandwidth, exchange_needs,
-                  "shared exchange bandwidth: 2·d_m·n / B_p seconds per iteration", held[2:3]),
+                  "shared exchange bandwidth: 2·d_m·n / B_p seconds per iteration", held[2:3],
+                  no_error),
         **_judged(names[3:], x[3:], stderrs[3:], "the exchange of one function", exchange,
                   exchange_needs, "per exchange, push or pull: the part of an iteration that "
-                  "grows with neither the batch, the memory nor n", held[3:]),
+                  "grows with neither the batch, the memory nor n", held[3:], no_error),
     }
+    correlation = None
     if covariance is not None and all(estimates[name].identified for name in names[:2]) and (
             covariance[0, 0] * covariance[1, 1] > 0):
-        # The schema has no covariance: the note gives what drawing the two jointly needs.
-        correlation = covariance[0, 1] / math.sqrt(covariance[0, 0] * covariance[1, 1])
+        # `fit.rate_correlation`: a guaranteed plan bounds R(m) with it (fit_uncertainty)
+        correlation = float(np.clip(
+            covariance[0, 1] / math.sqrt(covariance[0, 0] * covariance[1, 1]), -1.0, 1.0))
         for name in names[:2]:
             estimates[name] = replace(estimates[name], note=(
                 f"{estimates[name].note}; the two errors correlate, ρ = {correlation:.4f}"))
-    return estimates, np.asarray(solution.fun, dtype=np.float64)
+    return estimates, np.asarray(solution.fun, dtype=np.float64), correlation
 
 
 def fittable(trials: Sequence[Trial], reference_batch: int) -> bool:
@@ -469,6 +519,24 @@ def fittable(trials: Sequence[Trial], reference_batch: int) -> bool:
     reference = [t for t in trials if t.local_batch == reference_batch]
     return (len(reference) >= _MIN_REFERENCE_TRIALS and len({t.memory_mb for t in reference}) >= 2
             and len({t.functions for t in reference}) >= 2)
+
+
+def _run_spread(residuals: Array, parameters: int) -> Estimate:
+    """How far a trial's mean iteration time lands from the fitted model, as the sd of
+    ln(measured / fitted): 1.4826 × the median |ln| (about 0, so a bias counts too; a
+    trial a burst slowed counts once, not by its square), × √(n/(n − p)) for what the fit
+    absorbed. It is the machine's run-to-run spread and the model's misfit together: a plan
+    with a guarantee covers it (`solver.fit_uncertainty`, MODEL.md "Fit uncertainty")."""
+    misses = np.log1p(residuals)  # the residuals are (fitted − measured) / measured
+    spare = misses.size - parameters
+    note = (f"ln(measured / fitted iteration time) of {misses.size} trials: this machine's "
+            "run-to-run spread and the model's misfit, which a guaranteed plan covers")
+    if spare < _MIN_RUNS_PER_PARAMETER:
+        return Estimate(0.0, None, False, f"{note}; not identified: fewer than "
+                        f"{_MIN_RUNS_PER_PARAMETER} spare trials to estimate it from")
+    value = _MAD_TO_SD * float(np.median(np.abs(misses))) * math.sqrt(misses.size / spare)
+    # the median's standard error: 1.65× the sd's (a median is 37% as efficient), σ/√(2ν)
+    return Estimate(value, 1.65 * value / math.sqrt(2 * spare), True, f"{note}; σ = {value:.1%}")
 
 
 def fit_trials(
@@ -487,12 +555,13 @@ def fit_trials(
             "`--budget-s`"
         )
     reference = [t for t in trials if t.local_batch == reference_batch]
-    estimates, residuals = _iterations(reference, model_size_mb, bounds, grid)
+    estimates, residuals, correlation = _iterations(reference, model_size_mb, bounds, grid)
     estimates["parameter_server.function_bandwidth_mbps"] = Estimate(
         estimates["parameter_server.bandwidth_mbps"].value, None, False,
         "not identified: the exchange time is fitted as growing with n from n = 1, so no "
         "per-function limit below the shared bandwidth shows; set equal to it",
     )
+    estimates[RUN_SPREAD] = _run_spread(residuals, parameters=4)
     startup, at_one, at_one_variance = _startup(trials, grid)
     estimates.update(startup)
     estimates["platform.restart_overhead_s"] = _restart_overhead(trials, grid, at_one,
@@ -503,4 +572,5 @@ def fit_trials(
         iteration_residuals=tuple(float(next(by_trial)) if t.local_batch == reference_batch
                                   else None for t in trials),
         batch_split=_batch_split(trials),
+        rate_correlation=correlation,
     )

@@ -502,6 +502,8 @@ def profile_workload(
         },
         "runs": [_run_entry(instance, r, None if r.left_out else next(residuals))
                  for r in ran],
+        **({} if fitted.rate_correlation is None
+           else {"rate_correlation": fitted.rate_correlation}),
     }
     return instance_mapping(load_instance(mapping))
 

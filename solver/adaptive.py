@@ -67,6 +67,7 @@ import numpy.typing as npt
 from lambdadnn.models import performance as model
 from lambdadnn.models.noise import NoiseModel, max_moments, normal_quantile, planning_noise
 from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import (
     MAX_INTEGER,
@@ -157,11 +158,11 @@ class Observation:
         return int(self.compute_s.shape[0])
 
 
-def mean_observation(ratios: Array) -> tuple[float, float] | None:
+def mean_observation(ratios: Array, floor_sd: float = MODEL_SD) -> tuple[float, float] | None:
     """One leg's per-iteration ratios of measured to believed time as one observation: their
     arithmetic mean (a run's time is a sum of iterations, so its factor is the mean ratio, not
     the geometric one, which heavy tails pull below it) and the delta method's variance of
-    its log, var(r)/(N·mean²), at least `MODEL_SD`²; one ratio alone shows no scatter and
+    its log, var(r)/(N·mean²), at least `floor_sd`²; one ratio alone shows no scatter and
     counts as weakly as the prior. None when no ratio is usable."""
     ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
     if ratios.size == 0:
@@ -169,7 +170,7 @@ def mean_observation(ratios: Array) -> tuple[float, float] | None:
     mean_ratio = float(ratios.mean())
     scatter = (float(np.var(ratios, ddof=1)) / (ratios.size * mean_ratio**2)
                if ratios.size > 1 else PRIOR_SD**2)
-    return mean_ratio, max(scatter, MODEL_SD**2)
+    return mean_ratio, max(scatter, floor_sd**2)
 
 
 @dataclass(frozen=True, eq=False)
@@ -448,6 +449,11 @@ class Controller:
                                      float(grid.max_mb), self._prior_rate_sd()),
             compute_cv=self.noise.compute_cv,
         )
+        # A leg's speed is known no better than the profile's trials land from the fitted
+        # model (its run spread): this machine's drift from leg to leg, and the model's misfit
+        # at a memory it was not measured at. Within-leg scatter alone made a leg look exact
+        # and the controller step down to a memory that then ran slower than it believed.
+        self._leg_sd = max(MODEL_SD, self._run_spread())
         # From here the posterior covers what the profile's fit does not know: the re-plans'
         # instances drop the `fit:` section (`solve` would plan its corner on top).
         self.instance = dataclasses.replace(self.instance, fit=None)
@@ -464,6 +470,12 @@ class Controller:
             "start", "the plan as solved from the belief", 0.0, 0.0, first, None,
             self.deadline_s,
         ))
+
+    def _run_spread(self) -> float:
+        """The profile's σ of ln(measured / fitted iteration time), 0 without one."""
+        fit = self.instance.fit
+        found = [] if fit is None else [p for p in fit.parameters if p.name == RUN_SPREAD]
+        return float(found[0].value) if found and found[0].identified else 0.0
 
     def _prior_rate_sd(self) -> float:
         """The prior's standard deviation of the rate's log-factor at the first memory: the
@@ -550,7 +562,7 @@ class Controller:
             t_comp, transfer, latency = self._believed(n, m)
             compute = observation.compute_s
             worker_means = compute.mean(axis=1)
-            found = mean_observation(worker_means / t_comp)
+            found = mean_observation(worker_means / t_comp, self._leg_sd)
             if found is not None:
                 belief = dataclasses.replace(belief, rate=belief.rate.update(
                     m, math.log(found[0]), found[1], observation.iterations))
@@ -560,7 +572,7 @@ class Controller:
                 variance = max(
                     float(np.var(exchange, ddof=1)) / exchange.size if exchange.size > 1
                     else (PRIOR_EXCHANGE_SD * (transfer + latency)) ** 2,
-                    (MODEL_SD * mean) ** 2,
+                    (self._leg_sd * mean) ** 2,
                 )
                 belief = dataclasses.replace(belief, exchange=belief.exchange.update(
                     np.array([transfer, latency]), mean, variance, exchange.size))

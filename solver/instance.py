@@ -191,6 +191,9 @@ class Fit:
     parameters: tuple[FitParameter, ...] = ()
     runs: tuple[Record, ...] = ()
     machine: Record = ()
+    # the correlation of the errors of `profile.rate.slope` and `.intercept` (their joint
+    # least-squares fit makes it strongly negative); None: not recorded, taken as the worst
+    rate_correlation: float | None = None
 
     def to_mapping(self) -> dict[str, Any]:
         """The `fit:` section as plain YAML types, in the loader's schema."""
@@ -209,6 +212,8 @@ class Fit:
             out["runs"] = [{key: _plain(value) for key, value in run} for run in self.runs]
         if self.machine:
             out["machine"] = {key: _plain(value) for key, value in self.machine}
+        if self.rate_correlation is not None:
+            out["rate_correlation"] = self.rate_correlation
         return out
 
 
@@ -645,8 +650,10 @@ def _fit(path: str, value: Any) -> Fit:
         "parameters": parameters,
         "runs": runs,
         "machine": lambda where, raw: _record(where, raw, lists=False),
+        "rate_correlation": _number(1, sign="any"),
     }
-    return Fit(**_section(path, value, fields, frozenset({"runs", "machine"})))
+    return Fit(**_section(path, value, fields,
+                          frozenset({"runs", "machine", "rate_correlation"})))
 
 
 class _Loader(_SafeLoader):

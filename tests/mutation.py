@@ -71,6 +71,8 @@ VCPU = "tests/test_vcpu_limit.py"
 PREDICTION = "tests/test_prediction.py"
 TIMINGS = "tests/test_timings.py"
 FIT = "tests/test_fit.py"
+FIT_IDENTIFIED = "tests/test_fit_identified.py"
+FIT_GUARANTEE = "tests/test_fit_guarantee.py"
 POOL = "tests/test_pool.py"
 BASELINES = "tests/test_baselines.py"
 TUNERS = "tests/test_tuners.py"
@@ -314,14 +316,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "return np.asarray((predicted - tau) / tau, dtype=np.float64)",
            "return np.asarray(predicted - tau, dtype=np.float64)",
            (FIT,), "absolute residuals: the slow trials at small memory dominate the fit"),
+    Mutant("fit-huber-scale-fixed", "launcher/fit.py",
+           "return max(_HUBER_SCALE, _HUBER_TUNING * _MAD_TO_SD * deviation)",
+           "return _HUBER_SCALE",
+           (FIT_IDENTIFIED,),
+           "Huber's scale fixed at 5%: on a noisy machine too few trials inside it, no error"),
     # --- adaptive execution (solver/adaptive.py, its simulator and launcher) -----------------
     Mutant("adaptive-geometric-mean", "solver/adaptive.py",
            "mean_ratio = float(ratios.mean())",
            "mean_ratio = float(np.exp(np.log(ratios).mean()))",
            (CONTROLLER,), "the factor is the legs' geometric mean ratio: heavy tails vanish"),
     Mutant("adaptive-compute-unobserved", "solver/adaptive.py",
-           "found = mean_observation(worker_means / t_comp)",
-           "found = mean_observation(0 * worker_means / t_comp)",
+           "found = mean_observation(worker_means / t_comp, self._leg_sd)",
+           "found = mean_observation(0 * worker_means / t_comp, self._leg_sd)",
            (CONTROLLER,), "the controller never learns the compute speed"),
     Mutant("adaptive-restart-free", "solver/adaptive.py",
            "restart_s = self.instance.platform.restart_overhead_s * speeds.setup if restart "
@@ -349,8 +356,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fit-uncertainty-ignored", "solver/pipeline.py",
            "loaded, coverage = corner(given, planning)",
            "loaded, coverage = corner(given, None)",
-           ("tests/test_fit_guarantee.py",), "`solve` plans a profiled instance as if its "
-                                             "fitted values were exact"),
+           (FIT_GUARANTEE,), "`solve` plans a profiled instance as if its fitted values "
+                             "were exact"),
+    Mutant("fit-run-spread-ignored", "solver/fit_uncertainty.py",
+           "factor = math.exp(z * spread)", "factor = 1.0",
+           (FIT_GUARANTEE,), "a guaranteed plan covers the parameters' errors but not "
+                             "the trials' spread about the fit"),
+    Mutant("adaptive-leg-exact", "solver/adaptive.py",
+           "self._leg_sd = max(MODEL_SD, self._run_spread())", "self._leg_sd = MODEL_SD",
+           (CONTROLLER,), "a leg with little scatter is taken as exact, whatever the "
+                          "profile's trials say of this machine's spread"),
     Mutant("adaptive-mean-for-quantile", "solver/adaptive.py",
            "time_s = mean + self._z * (sd if restart else noise_sd)",
            "time_s = mean",

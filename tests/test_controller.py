@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lambdadnn.models.noise import NoiseModel
@@ -35,6 +35,7 @@ from lambdadnn.solver.adaptive import (
     remaining_instance,
 )
 from lambdadnn.solver.errors import InstanceError
+from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
 from lambdadnn.solver.instance import Fit, FitParameter, Instance, load_instance
 from lambdadnn.solver.pipeline import evaluate
 from lambdadnn.solver.shipped import instances_folder
@@ -326,35 +327,43 @@ def _oracle_rate(
 ) -> tuple[np.ndarray, float, float]:
     """The saturation mixture's posterior by brute force: for each saturation point s, the
     density of c on a dense grid (prior × the observations' normal likelihoods), integrated
-    numerically after each observation; the weights follow Bayes' rule observation by
-    observation (the evidence ratio Z_k/Z_(k-1)), with KEEP_PRIOR of the prior mixed back in
+    numerically (in logs) after each observation; the weights follow Bayes' rule observation
+    by observation (the evidence ratio Z_k/Z_(k-1)), with KEEP_PRIOR of the prior mixed back in
     after each; returns them, and the log-factor's mean and sd at `at_mb`."""
     c = np.linspace(-8, 8, 160_001)
     dc = c[1] - c[0]
-    evidences, means, second = [], [], []
+
+    def log_mass(log_density: np.ndarray) -> float:
+        # ∫ exp(log_density) dc, in logs: a sharp posterior far from the prior underflows
+        top = float(log_density.max())
+        return top + math.log(float(np.exp(log_density - top).sum()) * dc)
+
+    log_evidences, means, second = [], [], []
     for s, m0, sd0 in zip(prior.saturation_mb, prior.means, prior.sds, strict=True):
         log_density = -0.5 * ((c - m0) / sd0) ** 2 - math.log(sd0 * math.sqrt(2 * math.pi))
-        masses = []
+        log_masses = []
         for memory, y, variance in observations:
             full = prior.slope * memory + prior.intercept
             capped = prior.slope * min(memory, s) + prior.intercept
             g = math.log(full / capped)
             log_density = log_density - 0.5 * (y - c - g) ** 2 / variance - 0.5 * math.log(
                 2 * math.pi * variance)
-            masses.append(np.exp(log_density).sum() * dc)
-        density = np.exp(log_density)
-        evidences.append(masses)
+            log_masses.append(log_mass(log_density))
+        density = np.exp(log_density - log_density.max())
+        log_evidences.append(log_masses)
         g_at = math.log((prior.slope * at_mb + prior.intercept)
                         / (prior.slope * min(at_mb, s) + prior.intercept))
         mass = density.sum() * dc
         means.append((c * density).sum() * dc / mass + g_at)
         second.append(((c + g_at) ** 2 * density).sum() * dc / mass)
-    z = np.array(evidences)  # points × observations
+    log_z = np.array(log_evidences)  # points × observations
     w = prior.weights.copy()
     for k in range(len(observations)):
-        ratio = z[:, k] / (z[:, k - 1] if k else 1.0)
-        w = w * ratio / (w * ratio).sum()
-        w = (1 - KEEP_PRIOR) * w + KEEP_PRIOR * prior.weights
+        log_ratio = log_z[:, k] - (log_z[:, k - 1] if k else 0.0)
+        with np.errstate(divide="ignore"):
+            log_w = np.log(w) + log_ratio
+        w = np.exp(log_w - log_w.max())
+        w = (1 - KEEP_PRIOR) * w / w.sum() + KEEP_PRIOR * prior.weights
     mean = float(w @ np.array(means))
     return w, mean, math.sqrt(float(w @ np.array(second)) - mean**2)
 
@@ -366,6 +375,9 @@ def _oracle_rate(
                   min_size=1, max_size=4),
     sd=st.floats(0.1, 1.0), at_mb=st.sampled_from([512.0, 2048.0, 10240.0]),
 )
+# sharp legs that disagree, far from the prior: the evidence underflows unless kept in logs
+@example(legs=[(256.0, 0.0, 0.015625), (256.0, 0.0, 0.015625), (3008.0, -0.5, 0.001953125),
+               (256.0, 0.0, 0.25)], sd=0.109375, at_mb=512.0)
 def test_rate_posterior_is_the_bayesian_mixture(
     legs: list[tuple[float, float, float]], sd: float, at_mb: float,
 ) -> None:
@@ -529,3 +541,24 @@ def test_the_prior_comes_from_the_profiles_fit() -> None:
     unprofiled = Controller(instance, plan.functions, plan.memory_mb, plan.global_batch,
                             plan.iterations, plan.deadline_s, GUARANTEE, NoiseModel())
     assert np.all(unprofiled.belief.rate.sds == PRIOR_SD)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.13])
+def test_a_leg_is_known_no_better_than_the_profiles_trials_land(spread: float) -> None:
+    """A leg whose iterations barely scatter still tells the rate only to the profile's run
+    spread σ_r (how far its trials land from the fitted model: drift from leg to leg, the
+    model's misfit at another memory): the rate's posterior sd after it is the conjugate
+    update with that variance, √(1/(1/sd₀² + 1/σ²)), σ = max(σ_r, MODEL_SD) (math)."""
+    instance = _instance()
+    fit = Fit("digits-cnn", "local", 60.0, 0.0, parameters=(
+        FitParameter(RUN_SPREAD, spread, spread / 4, True),))
+    plan = Controller.start(instance, guarantee=GUARANTEE, noise=NoiseModel())
+    controller = Controller(dataclasses.replace(instance, fit=fit), plan.functions,
+                            plan.memory_mb, plan.global_batch, plan.iterations, plan.deadline_s,
+                            GUARANTEE, NoiseModel())
+    prior_sd = float(controller.belief.rate.sds[-1])
+    observation, _ = _leg(controller, 200, cv=1e-4)
+    controller.observe(observation)
+    floor = max(spread, MODEL_SD)
+    assert controller.belief.rate.sds[-1] == pytest.approx(
+        math.sqrt(1 / (1 / prior_sd**2 + 1 / floor**2)), rel=1e-6)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.fit import Grid, Trial, _batch_split, fit_trials
 from lambdadnn.launcher.profile import Capacity, TrialPlan, design
+from lambdadnn.solver.instance import MAX_NOTE_CHARS
 
 MODEL_MB = 0.4
 BATCH = 64
@@ -250,6 +251,20 @@ def test_the_batch_split_recovers_per_sample_and_per_iteration_seconds(
         per_sample, rel=1e-6)
     assert split[f"iteration.per_iteration_s@{memory}MB"].value == pytest.approx(
         per_iteration, rel=1e-6, abs=1e-9)
+
+
+def test_an_unidentified_split_at_the_largest_numbers_is_a_note_the_loader_takes() -> None:
+    """The longest note the split writes (10,240 MB, batches 1024 and 16384, an error in the
+    thousands, both trials to repeat named) is one line within `MAX_NOTE_CHARS`: a moto run
+    once wrote one of 321 characters and the profile's own instance was refused."""
+    base = _reference([(1, 1769)])[0]
+    wild = [replace(base, memory_mb=10_240, local_batch=b, iteration_mean_s=s)
+            for b, s in ((1024, 0.01), (1024, 9.0), (16384, 0.02), (16384, 0.011))]
+    split = _batch_split(wild)
+    assert split and not any(e.identified for e in split.values())
+    for estimate in split.values():
+        assert "add trials at n = 1 near 10,240 MB at batches 1024 and 16384" in estimate.note
+        assert len(estimate.note) <= MAX_NOTE_CHARS, (len(estimate.note), estimate.note)
 
 
 def test_the_batch_split_needs_two_batches_at_one_memory() -> None:

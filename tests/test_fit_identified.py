@@ -31,11 +31,14 @@ from lambdadnn.launcher.fit import (
     Point,
     Trial,
     _covariance,
+    _huber_scale,
+    _no_error,
     _robust_covariance,
     fit_trials,
 )
 from lambdadnn.launcher.profile import _top_memory, profile_workload
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
 from lambdadnn.solver.instance import MAX_NOTE_CHARS, load_instance
 from tests.test_fit import BATCH, BOUNDS, CAPACITY, GRID, MODEL_MB, TRUTH, Truth, trials
 from tests.test_profile import SIZES, fake_runner
@@ -78,8 +81,8 @@ def test_a_loaded_machines_degenerate_fit_is_not_identified() -> None:
     for name in RATE:
         estimate = fit.estimates[name]
         assert not estimate.identified and estimate.stderr is None, (name, estimate)
-        assert estimate.note.endswith("add trials at n = 1 near 442 MB, n = 1 near 884 MB and "
-                                      "n = 1 near 1,769 MB"), estimate.note
+        assert estimate.note.endswith("add trials at n = 1 near 442, 884 and 1,769 MB"), \
+            estimate.note
     assert fit.missing[:3] == (Point(1, 442), Point(1, 884), Point(1, 1769))
     assert_sensible(fit.estimates)
 
@@ -100,7 +103,7 @@ def test_r_is_judged_over_the_whole_grid(
         estimate = fit.estimates[name]
         assert estimate.identified == identified, (name, estimate.note)
         if reason is not None:
-            assert f"not identified: {reason}; add trials at n = 1 near {lowest} MB" \
+            assert f"not identified: {reason}; add trials at n = 1 near {lowest}, " \
                 in estimate.note
     assert_sensible(fit.estimates)
     if identified:  # the oracle: R(m)'s relative error from the two errors and ρ in the note
@@ -125,7 +128,7 @@ def test_r_not_positive_below_the_trials_is_not_identified() -> None:
     for name in RATE:
         estimate = fit.estimates[name]
         assert not estimate.identified
-        assert "R(m) is not positive at 300 MB; add trials at n = 1 near 300 MB" in estimate.note
+        assert "R(m) is not positive at 300 MB; add trials at n = 1 near 300, " in estimate.note
     assert Point(1, 300) in fit.missing
 
 
@@ -182,7 +185,8 @@ def test_the_robust_covariance_is_least_squares_inside_the_scale() -> None:
     widening = (student_t.ppf(0.975, 9) / normal.ppf(0.975)) ** 2
     assert widening == pytest.approx((2.262157 / 1.959964) ** 2)
     expected = _covariance(jacobian, float(inside @ inside) / 9 * widening)
-    np.testing.assert_allclose(_robust_covariance(inside, jacobian), expected, rtol=1e-12)
+    np.testing.assert_allclose(_robust_covariance(inside, jacobian, _HUBER_SCALE), expected,
+                               rtol=1e-12)
 
     outside = inside.copy()
     outside[0] = 10 * _HUBER_SCALE
@@ -190,16 +194,41 @@ def test_the_robust_covariance_is_least_squares_inside_the_scale() -> None:
     share = 11 / 12
     correction = 1 + 3 / 12 * (1 - share) / share
     np.testing.assert_allclose(
-        _robust_covariance(outside, jacobian),
+        _robust_covariance(outside, jacobian, _HUBER_SCALE),
         _covariance(jacobian, correction**2 * float(psi @ psi) / 9 / share**2 * widening),
         rtol=1e-12)
 
 
 def test_too_few_residuals_inside_the_scale_give_no_error() -> None:
-    """Four parameters and four trials inside the scale: their spread cannot be told."""
+    """Four parameters and four trials inside the scale: their spread cannot be told, and the
+    note says so (not "too few spare trials": there are four)."""
     jacobian = np.random.default_rng(0).standard_normal((8, 4))
     residuals = np.array([0.01, -0.01, 0.02, 0.0, 1.0, -1.0, 2.0, 3.0])
-    assert _robust_covariance(residuals, jacobian) is None
+    assert _robust_covariance(residuals, jacobian, _HUBER_SCALE) is None
+    assert _no_error(residuals, 4, _HUBER_SCALE) == (
+        "only 4 of 8 trials are within 5% of the fit, too few to estimate its error from")
+
+
+@pytest.mark.parametrize("spread", [0.02, 0.05, 0.15, 0.3])
+def test_huber_turns_at_the_trials_own_spread(spread: float) -> None:
+    """Property: on normal relative misses of sd `spread` (2,000 of them, numpy), the loss turns
+    at 1.345 σ, never below `_HUBER_SCALE`; a machine whose runs repeat to ±15% keeps most
+    trials inside the scale, so the error of the fit can be estimated."""
+    residuals = np.random.default_rng(7).normal(0.0, spread, 2000)
+    scale = _huber_scale(residuals)
+    assert scale == pytest.approx(max(_HUBER_SCALE, 1.345 * spread), rel=0.1)
+    assert np.mean(np.abs(residuals) <= scale) > 0.75
+
+
+@pytest.mark.parametrize(("seed", "repeats"), [(s, r) for s in range(3) for r in (1, 2)])
+def test_a_noisy_machines_fit_has_an_error_to_judge_by(seed: int, repeats: int) -> None:
+    """At 20% noise a fixed 5% scale left too few trials inside it to estimate any error (2 of
+    these 6); scaled to the trials' spread, R(m)'s error is estimated, and judged: not within
+    ±25% over the grid, so the note names the trials, and says why in numbers."""
+    fit = fitted(trials(TRUTH, seed=seed, noise=0.2, repeats=repeats))
+    slope = fit.estimates[RATE[0]]
+    assert "R(m) has a relative standard error of" in slope.note, slope.note
+    assert_sensible(fit.estimates)
 
 
 # -- the profile: load, and the budget spent on what is missing --------------------------------
@@ -324,7 +353,7 @@ def test_the_budget_buys_the_missing_trials_until_the_fit_is_identified(
     short, _ = profile(monkeypatch, DWARFED, noise=0.02, budget_s=200.0)
     assert 0 < len(extension(short)) < len(added)
     assert not any(short["fit"]["parameters"][name]["identified"] for name in RATE)
-    assert "add trials at n = 1 near 442 MB, n = 1 near 884 MB and n = 1 near 1,769 MB" in (
+    assert "add trials at n = 1 near 442, 884 and 1,769 MB" in (
         short["fit"]["parameters"][RATE[0]]["note"])
 
 
@@ -358,7 +387,7 @@ def test_the_console_lists_what_would_identify_the_rest(
     assert result.exit_code == 0, result.output
     listed = result.stdout.split("Not identified, and what would identify it", 1)[1]
     assert "profile.rate.slope: R(m) = slope·m + intercept" in listed
-    assert "add trials at n = 1 near 442 MB, n = 1 near 884 MB and n = 1 near 1,769 MB" in listed
+    assert "add trials at n = 1 near 442, 884 and 1,769 MB" in listed
 
 
 def test_the_console_marks_a_trial_left_out(
@@ -396,3 +425,45 @@ def test_a_wholly_loaded_machine_is_flagged_by_default(monkeypatch: pytest.Monke
     runs = mapping["fit"]["runs"]
     assert runs and all(run["left_out"] is None for run in runs)
     assert all(run["under_load"].startswith("1-minute load average 3.50 above") for run in runs)
+
+
+# -- the trials' spread about the fit -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.1, 0.2])
+def test_the_run_spread_is_the_trials_own_noise(noise: float) -> None:
+    """Property: trials whose iteration times carry relative noise of sd `noise` give the
+    fit's `iteration.run_spread` (σ of ln(measured / fitted)) about that noise: over 8 seeds
+    its mean within 15%, every seed within a factor of 2. It is what a guaranteed plan of the
+    profile stretches its iteration time by (tests/test_fit_guarantee.py)."""
+    found = [fitted(trials(TRUTH, seed=seed, noise=noise, repeats=2)).estimates[RUN_SPREAD]
+             for seed in range(8)]
+    values = np.array([e.value for e in found])
+    assert all(e.identified and e.stderr is not None and e.stderr > 0 for e in found)
+    assert values.mean() == pytest.approx(noise, rel=0.15)
+    assert np.all((values > noise / 2) & (values < noise * 2)), values
+    assert_sensible({RUN_SPREAD: found[0]})
+
+
+def test_noise_free_trials_have_no_spread_and_an_unreplicated_design_none_known() -> None:
+    """Noise-free trials land on the fit: σ = 0, a guaranteed plan unchanged by it. With no
+    more trials than the fit's parameters and two, the spread is not identified."""
+    assert fitted(trials(TRUTH, seed=0, noise=0.0)).estimates[RUN_SPREAD].value == pytest.approx(
+        0.0, abs=1e-9)
+    few = [t for t in trials(TRUTH, seed=0, noise=0.05) if t.local_batch == BATCH][:5]
+    spread = fitted(few).estimates[RUN_SPREAD]
+    assert not spread.identified and "fewer than 2 spare trials" in spread.note
+
+
+def test_the_fit_records_the_correlation_of_rs_errors_only_when_both_are_identified() -> None:
+    """`rate_correlation` is the ρ the notes give (slope and intercept trade off: negative),
+    and None when R is not identified: a plan then takes the worst correlation."""
+    fit = fitted(trials(TRUTH, seed=0, noise=0.02))
+    assert fit.rate_correlation is not None and -1 <= fit.rate_correlation < 0
+    note = fit.estimates[RATE[0]].note
+    assert float(note.rsplit("ρ = ", 1)[1]) == pytest.approx(fit.rate_correlation, abs=5e-5)
+    rng = np.random.default_rng(0)
+    loaded = [replace(t, iteration_mean_s=(0.03 + 0.004 * t.functions) * t.local_batch / BATCH
+                      * (1 + 0.03 * rng.standard_normal()))
+              for t in trials(TRUTH, seed=0, noise=0.0)]
+    assert fitted(loaded).rate_correlation is None
