@@ -456,8 +456,11 @@ def test_ctrl_c_stops_highs_and_reaches_the_caller() -> None:
     KeyboardInterrupt in the caller."""
     import signal
 
-    process = subprocess.Popen([sys.executable, "-c", INTERRUPTED], stderr=subprocess.PIPE,
-                               text=True, cwd=ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED], stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        # Ctrl-C's default, even when this test runs where SIGINT is ignored (a background
+        # job inherits SIG_IGN, and Python then installs no KeyboardInterrupt handler)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert process.stderr is not None
         line = process.stderr.readline()  # blocks until HiGHS's branch and bound starts
