@@ -562,3 +562,21 @@ def test_a_leg_is_known_no_better_than_the_profiles_trials_land(spread: float) -
     floor = max(spread, MODEL_SD)
     assert controller.belief.rate.sds[-1] == pytest.approx(
         math.sqrt(1 / (1 / prior_sd**2 + 1 / floor**2)), rel=1e-6)
+
+
+def test_a_new_plan_pays_its_restart_from_the_checkpoint() -> None:
+    """A switch starts the new plan from a checkpoint: against the same plan carried on, its
+    expected time is longer by exactly the platform's restart overhead (× the set-up factor,
+    1 before any set-up is measured) and its cost by that time at the plan's price per second
+    (n·m/1024 GB × the GB-second price, and the PS's hourly price)."""
+    controller = _controller()
+    instance = controller.instance
+    restart = instance.platform.restart_overhead_s
+    assert restart > 0
+    n, m, left = controller.functions, controller.memory_mb, controller.iterations / 2
+    carried = controller._assess(n, m, left, 1e9, fresh=False, restart=False)
+    switched = controller._assess(n, m, left, 1e9, fresh=False, restart=True)
+    assert switched.mean_s - carried.mean_s == pytest.approx(restart, rel=1e-9)
+    per_s = (n * m / 1024 * instance.platform.price_per_gb_second
+             + instance.parameter_server.price_per_hour / 3600)
+    assert switched.cost_usd - carried.cost_usd == pytest.approx(restart * per_s, rel=1e-9)
