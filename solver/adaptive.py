@@ -67,7 +67,7 @@ import numpy.typing as npt
 from lambdadnn.models import performance as model
 from lambdadnn.models.noise import NoiseModel, max_moments, normal_quantile, planning_noise
 from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
+from lambdadnn.solver.fit_uncertainty import run_spread
 from lambdadnn.solver.inputs import brief
 from lambdadnn.solver.instance import (
     MAX_INTEGER,
@@ -453,7 +453,7 @@ class Controller:
         # model (its run spread): this machine's drift from leg to leg, and the model's misfit
         # at a memory it was not measured at. Within-leg scatter alone made a leg look exact
         # and the controller step down to a memory that then ran slower than it believed.
-        self._leg_sd = max(MODEL_SD, self._run_spread())
+        self._leg_sd = max(MODEL_SD, run_spread(self.instance.fit))
         # From here the posterior covers what the profile's fit does not know: the re-plans'
         # instances drop the `fit:` section (`solve` would plan its corner on top).
         self.instance = dataclasses.replace(self.instance, fit=None)
@@ -470,12 +470,6 @@ class Controller:
             "start", "the plan as solved from the belief", 0.0, 0.0, first, None,
             self.deadline_s,
         ))
-
-    def _run_spread(self) -> float:
-        """The profile's σ of ln(measured / fitted iteration time), 0 without one."""
-        fit = self.instance.fit
-        found = [] if fit is None else [p for p in fit.parameters if p.name == RUN_SPREAD]
-        return float(found[0].value) if found and found[0].identified else 0.0
 
     def _prior_rate_sd(self) -> float:
         """The prior's standard deviation of the rate's log-factor at the first memory: the

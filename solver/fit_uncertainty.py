@@ -23,7 +23,7 @@ from lambdadnn.models import performance as model
 from lambdadnn.models.noise import PlanningNoise
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import MAX_SECONDS, Instance
+from lambdadnn.solver.instance import MAX_SECONDS, Fit, Instance
 
 Rule = Literal["slope", "intercept", "positive", "seconds"]
 
@@ -143,19 +143,25 @@ def _fields(section: Any, path: str = "") -> set[str]:
     return found
 
 
+def run_spread(fit: Fit | None) -> float:
+    """The trials' σ about the fitted model (`RUN_SPREAD`), 0 when the fit gives none
+    identified: what a guaranteed plan stretches its iteration time for, and how well a
+    re-planning controller may know one leg's speed."""
+    found = [] if fit is None else [p for p in fit.parameters if p.name == RUN_SPREAD]
+    return max(0.0, float(found[0].value)) if found and found[0].identified else 0.0
+
+
 @functools.lru_cache(maxsize=_CACHED)
 def _corner(instance: Instance, z: float) -> Cornered:
     fields = _fields(instance) - {"name", "fit"}
     moved: list[MovedParameter] = []
     at_value: list[AtValue] = []
     cornered = dataclasses.replace(instance, fit=None)
-    spread = 0.0
+    spread = run_spread(instance.fit)
     for parameter in instance.fit.parameters if instance.fit else ():
         name = parameter.name
         if name == RUN_SPREAD:
-            if parameter.identified and parameter.value > 0:
-                spread = float(parameter.value)
-            else:
+            if spread == 0.0:
                 at_value.append(AtValue(name, "not identified"))
             continue
         if name not in fields:

@@ -363,7 +363,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (FIT_GUARANTEE,), "a guaranteed plan covers the parameters' errors but not "
                              "the trials' spread about the fit"),
     Mutant("adaptive-leg-exact", "solver/adaptive.py",
-           "self._leg_sd = max(MODEL_SD, self._run_spread())", "self._leg_sd = MODEL_SD",
+           "self._leg_sd = max(MODEL_SD, run_spread(self.instance.fit))", "self._leg_sd = MODEL_SD",
            (CONTROLLER,), "a leg with little scatter is taken as exact, whatever the "
                           "profile's trials say of this machine's spread"),
     Mutant("adaptive-mean-for-quantile", "solver/adaptive.py",
