@@ -186,6 +186,13 @@ def _corner(instance: Instance, z: float) -> Cornered:
         _check(instance, entry, SLOWER[entry.name][1], z)
         cornered = _with(cornered, entry.name.split("."), entry.corner)
     _check_top(instance, cornered, moved, z)
+    if z * spread > math.log(MAX_SECONDS):
+        raise InstanceError(
+            f"instance {brief(instance.name)}: `fit.parameters.{RUN_SPREAD}` = {spread:.6g} "
+            f"(the trials' spread about the fit): planned {z:.3g} standard deviations slower "
+            f"for the guarantee, the iteration time would be × more than {MAX_SECONDS:g}; "
+            f"profile on a quieter machine: `lambdadnn profile`"
+        )
     factor = math.exp(z * spread)
     if factor != 1.0:
         cornered = _stretched(cornered, factor)

@@ -671,3 +671,13 @@ def test_a_recorded_correlation_round_trips() -> None:
     mapping = instance_mapping(local_digits_rho())
     assert mapping["fit"]["rate_correlation"] == JOINT_FIT_CORRELATION
     assert load_instance(mapping) == local_digits_rho()
+
+
+@pytest.mark.parametrize("spread", [1000.0, 1e9])
+def test_an_absurd_run_spread_is_one_line(spread: float) -> None:
+    """A spread whose stretch would pass the time cap (× 10⁹) is refused in one line naming
+    the field, not an overflow."""
+    mapping = instance_mapping(dataclasses.replace(local_digits(), fit=None))
+    instance = profiled(mapping, {"profile.rate.slope": 1.0}, spread=spread)
+    with pytest.raises(InstanceError, match=r"`fit\.parameters\.iteration\.run_spread` = "):
+        solve(instance, guarantee=0.9)
