@@ -41,16 +41,26 @@ lint: $(VENV)/.installed-test
 # resolves that name through a link to it, so it checks these very files under their real names.
 typecheck: $(VENV)/.installed-test
 	mkdir -p $(VENV)/typecheck && ln -sfn "$(CURDIR)" $(VENV)/typecheck/lambdadnn
-	$(BIN)/mypy -p lambdadnn.models -p lambdadnn.solver -p lambdadnn.simulator \
-	  -p lambdadnn.launcher -m lambdadnn.cli -m lambdadnn
+	$(BIN)/mypy -p lambdadnn.inputs -p lambdadnn.models -p lambdadnn.solver -p lambdadnn.simulator \
+	  -p lambdadnn.launcher -m lambdadnn.plot -m lambdadnn.cli -m lambdadnn
 
 ## pytest: start redis-server and a moto server on 127.0.0.1, run pytest with line and branch
 ## coverage of models/ and solver/ in PYTEST_WORKERS processes (pytest-xdist, a test file
-## per process at a time; each its own Redis database), stop them
+## per process at a time, the longest files first: tests/conftest.py; each its own Redis
+## database), stop them
 COVERAGE := --cov=lambdadnn.models --cov=lambdadnn.solver --cov-report=term
 PYTEST_WORKERS ?= 2
 pytest: $(VENV)/.installed-test $(REDIS_SERVER)
-	.ci/with-services $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(COVERAGE)
+	.ci/with-services $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  $(COVERAGE)
+
+## test-fast: the tests marked neither `real` (a process, a server, torch, Dask or moto:
+## tests/conftest.py fails an unmarked test that starts one) nor `slow` (5 s or more), with 25
+## hypothesis examples a property; in about a minute, with no lint, coverage or servers
+.PHONY: test-fast
+test-fast: $(VENV)/.installed-test
+	HYPOTHESIS_PROFILE=fast $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile \
+	  -m "not real and not slow"
 
 ## bench: solve() vs brute force and Algorithm 1; 10,000 simulated jobs vs the 60 s target;
 ## a 90-cell sweep on the local Dask cluster vs its 10-minute target

@@ -10,16 +10,25 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lambdadnn.models.bounds import Bounds
-    from lambdadnn.models.errors import DerivationError, LambdaDnnError
-    from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.solver.adaptive import Controller, Decision, Observation
-    from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
-    from lambdadnn.solver.instance import Instance, load_instance
-    from lambdadnn.solver.many import solve_many
-    from lambdadnn.solver.pipeline import deadline_crossings, evaluate, solve
-    from lambdadnn.solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
-    from lambdadnn.solver.schedule import Schedule, ScheduledJob, Submission
+    from .inputs.errors import (
+        InputError,
+        InstanceError,
+        LambdaDnnError,
+        PlanError,
+        TraceError,
+        WorldFileError,
+    )
+    from .models.bounds import Bounds
+    from .models.errors import DerivationError
+    from .models.noise import NoiseModel
+    from .solver.adaptive import Controller, Decision, Observation
+    from .solver.errors import NoValidPlanError, SolverError
+    from .solver.instance import Instance
+    from .solver.instance_yaml import load_instance
+    from .solver.many import solve_many
+    from .solver.pipeline import deadline_crossings, evaluate, fastest, solve
+    from .solver.plan import CostBreakdown, Evaluation, Plan, TimeBreakdown
+    from .solver.schedule import Schedule, ScheduledJob, Submission
 
 __version__ = "0.1.0"
 
@@ -32,29 +41,35 @@ _EXPORTS = {
     "DerivationError": "lambdadnn.models.errors",
     "Evaluation": "lambdadnn.solver.plan",
     "Instance": "lambdadnn.solver.instance",
-    "InstanceError": "lambdadnn.solver.errors",
-    "LambdaDnnError": "lambdadnn.models.errors",
+    "InputError": "lambdadnn.inputs.errors",
+    "InstanceError": "lambdadnn.inputs.errors",
+    "LambdaDnnError": "lambdadnn.inputs.errors",
     "NoValidPlanError": "lambdadnn.solver.errors",
     "NoiseModel": "lambdadnn.models.noise",
     "Observation": "lambdadnn.solver.adaptive",
     "Plan": "lambdadnn.solver.plan",
+    "PlanError": "lambdadnn.inputs.errors",
     "Schedule": "lambdadnn.solver.schedule",
     "ScheduledJob": "lambdadnn.solver.schedule",
     "SolverError": "lambdadnn.solver.errors",
     "Submission": "lambdadnn.solver.schedule",
     "TimeBreakdown": "lambdadnn.solver.plan",
+    "TraceError": "lambdadnn.inputs.errors",
+    "WorldFileError": "lambdadnn.inputs.errors",
     "deadline_crossings": "lambdadnn.solver.pipeline",
     "evaluate": "lambdadnn.solver.pipeline",
-    "load_instance": "lambdadnn.solver.instance",
+    "fastest": "lambdadnn.solver.pipeline",
+    "load_instance": "lambdadnn.solver.instance_yaml",
     "solve": "lambdadnn.solver.pipeline",
     "solve_many": "lambdadnn.solver.many",
 }
 
 __all__ = [
     "Bounds", "Controller", "CostBreakdown", "Decision", "DerivationError", "Evaluation",
-    "Instance", "InstanceError", "LambdaDnnError", "NoValidPlanError", "NoiseModel",
-    "Observation", "Plan", "Schedule", "ScheduledJob", "SolverError", "Submission",
-    "TimeBreakdown", "deadline_crossings", "evaluate", "load_instance", "solve", "solve_many",
+    "InputError", "Instance", "InstanceError", "LambdaDnnError", "NoValidPlanError",
+    "NoiseModel", "Observation", "Plan", "PlanError", "Schedule", "ScheduledJob", "SolverError",
+    "Submission", "TimeBreakdown", "TraceError", "WorldFileError", "deadline_crossings",
+    "evaluate", "fastest", "load_instance", "solve", "solve_many",
 ]
 
 

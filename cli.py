@@ -22,28 +22,28 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from lambdadnn.models.errors import LambdaDnnError
-from lambdadnn.simulator.defaults import (
+from .inputs.files import MAX_TRACE_JOBS
+from .models.errors import LambdaDnnError
+from .simulator.defaults import (
     ARRIVALS,
     DEFAULT_GUARANTEE,
     DEFAULT_POOL_SIZE,
     HINDSIGHT_NAME,
-    MAX_JOBS,
     MIXES,
     MODEL_STRATEGY_NAMES,
     STRATEGY_NAMES,
     WORLD_STRATEGY_NAMES,
 )
-from lambdadnn.solver.errors import InstanceError, NoValidPlanError
+from .solver.errors import InstanceError, NoValidPlanError
 
 # The library is imported inside each command, so `lambdadnn --help` loads neither numpy, SymPy,
 # Pyomo nor matplotlib; these names are for annotations only.
 if TYPE_CHECKING:
-    from lambdadnn.simulator.compare import StrategyReport
-    from lambdadnn.simulator.truth import Truth
-    from lambdadnn.simulator.world import World
-    from lambdadnn.solver.plan import Evaluation, Plan
-    from lambdadnn.solver.schedule import Schedule
+    from .simulator.compare import StrategyReport
+    from .simulator.truth import Truth
+    from .simulator.world import World
+    from .solver.plan import Evaluation, Plan
+    from .solver.schedule import Schedule
 
 EXIT_INFEASIBLE = 3
 F = TypeVar("F", bound=Callable[..., Any])
@@ -280,7 +280,7 @@ def solve_command(
     guarantee: float | None,
 ) -> None:
     """Find the cheapest plan (functions × memory) that meets the deadline."""
-    from lambdadnn.solver.pipeline import solve
+    from .solver.pipeline import solve
 
     plan = solve(instance, platform=platform, deadline_s=deadline, guarantee=guarantee)
     if as_json:
@@ -303,8 +303,8 @@ def evaluate_command(
     instance: Path, functions: int, memory: int, as_json: bool, platform: str | None
 ) -> None:
     """The model's time and cost for any plan, and why it is not feasible if it is not."""
-    from lambdadnn.solver.instance import load_instance
-    from lambdadnn.solver.pipeline import evaluate
+    from .solver.instance_yaml import load_instance
+    from .solver.pipeline import evaluate
 
     result = evaluate(load_instance(instance, platform=platform), functions=functions,
                       memory_mb=memory)
@@ -332,7 +332,7 @@ def evaluate_command(
 @friendly
 def validate_command(instance: Path, platform: str | None, as_json: bool) -> None:
     """Check an instance file; print a one-line summary or the first problem."""
-    from lambdadnn.solver.instance import load_instance
+    from .solver.instance_yaml import load_instance
 
     loaded = load_instance(instance, platform=platform)
     grid = loaded.platform.memory
@@ -356,7 +356,7 @@ def validate_command(instance: Path, platform: str | None, as_json: bool) -> Non
 @friendly
 def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
     """The derived bounds on n and m, the share of the grid they keep, and how each was derived."""
-    from lambdadnn.solver.pipeline import deadline_crossings, solve
+    from .solver.pipeline import deadline_crossings, solve
 
     plan = solve(instance, platform=platform)
     b = plan.bounds
@@ -395,9 +395,12 @@ def frontier_command(
     plot_path: Path | None, as_json: bool, platform: str | None,
 ) -> None:
     """The cheapest plan for each deadline over a range (default: fastest time to 4× it)."""
-    from lambdadnn.solver.frontier import deadline_range, frontier, plot
-    from lambdadnn.solver.frontier import plot_path as checked_plot_path
-    from lambdadnn.solver.instance import MAX_SECONDS, load_instance, positive_number
+    from .plot import plot_frontier
+    from .plot import plot_path as checked_plot_path
+    from .solver.frontier import deadline_range, frontier
+    from .solver.instance import MAX_SECONDS
+    from .solver.instance_validation import positive_number
+    from .solver.instance_yaml import load_instance
 
     # Every option is checked before the first solve, so a bad one costs nothing.
     target = None if plot_path is None else checked_plot_path(plot_path)
@@ -413,7 +416,7 @@ def frontier_command(
     deadlines = [start + (stop - start) * i / (points - 1) for i in range(points)]
     plans = frontier(loaded, deadlines)
     if target is not None:
-        target = plot(plans, target)
+        target = plot_frontier(plans, target)
     if as_json:
         _emit_json({"instance": loaded.name, "plans": [p.to_dict() for p in plans],
                     "plot": None if target is None else str(target)})
@@ -435,7 +438,7 @@ MISSED_LISTED = 10  # the closing line names this many late jobs, then counts th
 
 
 def _schedule_text(schedule: Schedule, target: Path | None) -> str:
-    from lambdadnn.solver.gantt import shown
+    from .plot import shown
 
     s = schedule
     highs = f"HiGHS {s.solver_status.replace('_', ' ')}"
@@ -469,7 +472,7 @@ def _schedule_text(schedule: Schedule, target: Path | None) -> str:
 
 
 def _missed_message(schedule: Schedule) -> str:
-    from lambdadnn.solver.gantt import shown
+    from .plot import shown
 
     missed = schedule.missed
     named = ", ".join(f"#{j.index} {shown(j.name, 40)} by {_seconds(j.late_s)}"
@@ -511,20 +514,19 @@ def solve_many_command(
     submission). Exit 3 when some job misses its deadline (the schedule is still printed).
     The phases show on stderr as they start (a terminal only; not under --json or -q).
     """
-    from lambdadnn.simulator.trace import read_trace
-    from lambdadnn.solver import many
-    from lambdadnn.solver.frontier import plot_path as checked_plot_path
-    from lambdadnn.solver.gantt import plot_schedule
-    from lambdadnn.solver.inputs import brief
-    from lambdadnn.solver.instance import (
-        MAX_CONCURRENCY,
-        MAX_SECONDS,
+    from .inputs.files import brief
+    from .plot import plot_path as checked_plot_path
+    from .plot import plot_schedule
+    from .solver import many
+    from .solver.instance import MAX_CONCURRENCY, MAX_SECONDS
+    from .solver.instance_validation import (
         non_negative_number,
         positive_integer,
         positive_number,
     )
-    from lambdadnn.solver.schedule import Submission
-    from lambdadnn.solver.timetable import PHASES
+    from .solver.schedule import Submission
+    from .solver.timetable import PHASES
+    from .solver.trace_file import read_trace
 
     # Every option is checked before the trace is read, so a bad one costs nothing.
     limit = positive_integer("--concurrency", concurrency, MAX_CONCURRENCY)
@@ -687,11 +689,11 @@ def simulate_command(
     truth_items: tuple[str, ...], truth_file: Path | None, as_json: bool,
 ) -> None:
     """Replay a trace (CSV: submit_time_s,instance,epochs,deadline_s) with one strategy."""
-    from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.compare import check_engine, compare
-    from lambdadnn.simulator.trace import read_trace
-    from lambdadnn.simulator.truth import Truth
-    from lambdadnn.simulator.worlds import load_world
+    from .models.noise import NoiseModel
+    from .simulator.compare import check_engine, compare
+    from .simulator.truth import Truth
+    from .simulator.worlds import load_world
+    from .solver.trace_file import read_trace
 
     truth = Truth.parse(truth_items)
     world = None if truth_file is None else load_world(truth_file)
@@ -713,7 +715,7 @@ def simulate_command(
 
 
 @main.command("compare")
-@click.option("--jobs", "job_count", type=click.IntRange(1, MAX_JOBS), default=1000,
+@click.option("--jobs", "job_count", type=click.IntRange(1, MAX_TRACE_JOBS), default=1000,
               show_default=True,
               help="Jobs to generate (Poisson arrivals over the shipped workloads).")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path),
@@ -740,13 +742,14 @@ def compare_command(
     truth_items: tuple[str, ...], truth_file: Path | None, plots: Path | None, as_json: bool,
 ) -> None:
     """Every strategy on the same simulated jobs: deadlines met, cost, memory, accuracy."""
-    from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.compare import check_engine, compare, plot_folder
-    from lambdadnn.simulator.compare import plot as plot_comparison
-    from lambdadnn.simulator.strategies import check_names
-    from lambdadnn.simulator.trace import DEFAULT_RATE_PER_S, generate_trace, read_trace
-    from lambdadnn.simulator.truth import Truth
-    from lambdadnn.simulator.worlds import load_world
+    from .models.noise import NoiseModel
+    from .plot import plot_comparison, plot_folder
+    from .simulator.compare import check_engine, compare
+    from .simulator.strategies import check_names
+    from .simulator.trace import DEFAULT_RATE_PER_S, generate_trace
+    from .simulator.truth import Truth
+    from .simulator.worlds import load_world
+    from .solver.trace_file import read_trace
 
     default = MODEL_STRATEGY_NAMES if truth_file is None else WORLD_STRATEGY_NAMES
     names = [name.strip() for name in (strategies or ",".join(default)).split(",")
@@ -793,7 +796,7 @@ _MAX_LIST = 1000  # values of one --seed-list, --rates or --truth key: more is s
 
 def _sweep_list(text: str, option: str, parse: Callable[[str], Any], need: str) -> list[Any]:
     """The comma-separated values of `option`, parsed, distinct, or one line saying why."""
-    from lambdadnn.solver.inputs import brief
+    from .inputs.files import brief
 
     values = []
     for item in text.split(","):
@@ -824,7 +827,7 @@ def _seed_value(text: str) -> int:
     return value
 
 
-def _sweep_text(result: Any, cells: int) -> str:
+def _sweep_text(result: Any, cells: int, *, plots: Sequence[Path] = ()) -> str:
     """The aggregates as a table: shares pooled over all jobs with their Wilson interval
     (never of zero width), other figures as means ± the t interval's half-width over seeds."""
     def share(entry: dict[str, Any] | None) -> str:
@@ -862,7 +865,7 @@ def _sweep_text(result: Any, cells: int) -> str:
             lines.append(f"  hindsight meets {met['successes']:,} of {met['trials']:,} deadlines "
                          f"under {row['truth_label']} at {row['rate_per_s']:g} jobs/s (seeds "
                          "pooled): the denominator of 'of feasible'")
-    lines += [f"  plot written to {path}" for path in result.plots]
+    lines += [f"  plot written to {path}" for path in plots]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -887,7 +890,7 @@ _SWEEP_WORLD_NAMES = tuple(name for name in WORLD_STRATEGY_NAMES if name != HIND
               help="Run the cells in this world of the independent engine instead of "
                    "--truth's (repeatable: one truth per world; docs/WORLD.md; shipped "
                    "worlds in instances/worlds/).")
-@click.option("--jobs", "job_count", type=click.IntRange(1, MAX_JOBS), default=2000,
+@click.option("--jobs", "job_count", type=click.IntRange(1, MAX_TRACE_JOBS), default=2000,
               show_default=True, help="Jobs per generated trace.")
 @click.option("--rates", default="0.2", show_default=True, metavar="R1,R2,...",
               help="Arrival rates (jobs/s) to sweep.")
@@ -922,8 +925,9 @@ def sweep_command(
     under a --truth or in a --truth-file world; the cells fan out over a local Dask cluster
     (or --scheduler's) and give exactly the numbers of a serial run.
     """
-    from lambdadnn.simulator.strategies import check_names
-    from lambdadnn.simulator.sweep import (
+    from .plot import plot_folder, plot_sweep
+    from .simulator.strategies import check_names
+    from .simulator.sweep import (
         Setup,
         SweepInterrupted,
         named_worlds,
@@ -945,6 +949,8 @@ def sweep_command(
     truths = named_worlds(truth_files) if truth_files else one_factor_truths(truth_items)
     rate_values = _sweep_list(rates, "--rates", _positive_rate, "positive numbers (jobs/s)")
     setup = Setup(job_count, arrival=arrival, mix=mix, pool_size=pool_size, guarantee=guarantee)
+    if plots is not None:
+        plot_folder(plots)  # before the cluster starts
     cells = len(names) * len(seeds) * len(truths) * len(rate_values)
     bar: Any = None
 
@@ -956,7 +962,7 @@ def sweep_command(
         bar.update(done - bar.pos)
 
     try:
-        result = sweep(names, seeds, truths, setup=setup, rates=rate_values, plots=plots,
+        result = sweep(names, seeds, truths, setup=setup, rates=rate_values,
                        workers=workers, scheduler=scheduler,
                        progress=None if as_json or quiet() else progress)
     except SweepInterrupted as stop:  # the shell's convention: 128 + the signal's number
@@ -968,12 +974,14 @@ def sweep_command(
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
+    written = [] if plots is None else plot_sweep(result.aggregates, plots, setup.noise)
     if as_json:
         _emit_json({"jobs": job_count, "seeds": seeds, "strategies": names,
                     "rates": rate_values, "arrival": arrival, "mix": mix, "pool": pool_size,
-                    "guarantee": guarantee, **result.to_dict()})
+                    "guarantee": guarantee, **result.to_dict(),
+                    "plots": [str(path) for path in written]})
         return
-    click.echo(_sweep_text(result, cells))
+    click.echo(_sweep_text(result, cells, plots=written))
 
 
 @main.command("philly")
@@ -996,9 +1004,9 @@ def philly_command(
     keep: str | None, limit: int | None, as_json: bool,
 ) -> None:
     """Convert a Philly trace's cluster_job_log (JSON) into a trace CSV for simulate/compare."""
-    from lambdadnn.simulator.philly import convert_job_log, parse_workload_map
-    from lambdadnn.simulator.trace import write_trace
-    from lambdadnn.solver.inputs import brief
+    from .inputs.files import brief
+    from .simulator.philly import convert_job_log, parse_workload_map
+    from .solver.trace_file import write_trace
 
     options: dict[str, Any] = {"limit": limit}
     if workload_map:
@@ -1031,8 +1039,7 @@ def philly_command(
 
 # For annotations only: the launcher (and redis, numpy) load when `launch` runs.
 if TYPE_CHECKING:
-    from lambdadnn.launcher.adaptive import Planner
-    from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+    from .launcher.spec import LaunchReport, LaunchSpec
 
 
 def _plan_to_launch(source: Path, platform: str | None, force: bool) -> LaunchSpec:
@@ -1040,8 +1047,8 @@ def _plan_to_launch(source: Path, platform: str | None, force: bool) -> LaunchSp
 
     A plan that misses its deadline (status infeasible) is launched only with `--force`.
     """
-    from lambdadnn.launcher.spec import LaunchSpec, read_plan
-    from lambdadnn.solver.inputs import brief
+    from .inputs.files import brief
+    from .launcher.spec import LaunchSpec, read_plan
 
     plan = None
     if source.suffix.lower() == ".json":
@@ -1052,7 +1059,7 @@ def _plan_to_launch(source: Path, platform: str | None, force: bool) -> LaunchSp
             )
         spec = read_plan(source)
     else:
-        from lambdadnn.solver.pipeline import solve
+        from .solver.pipeline import solve
 
         plan = solve(source, platform=platform)
         spec = LaunchSpec.from_plan(plan)
@@ -1150,9 +1157,9 @@ def _rehearse(
 ) -> None:
     """`launch --truth-file`: the plan (or, with --adaptive, the controller's plans) run in
     the world instead of launched, the report in the launch's terms."""
-    from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.simulator.replanners import ControllerReplanner
-    from lambdadnn.simulator.worlds import load_world, rehearse
+    from .models.noise import NoiseModel
+    from .simulator.replanners import ControllerReplanner
+    from .simulator.worlds import load_world, rehearse
 
     world = load_world(truth_file)
     spec = _plan_to_launch(source, platform, force)
@@ -1258,9 +1265,9 @@ def launch_command(
     On AWS the worker runs from its image (`--image-uri`), in the VPC of `--subnet-ids` and
     `--security-group-ids`; `--stack NAME` takes all of them from a stack of `lambdadnn deploy`.
     """
-    from lambdadnn.launcher import aws, require_extras
-    from lambdadnn.launcher.workloads import resolve_workload
-    from lambdadnn.solver.inputs import brief
+    from .inputs.files import brief
+    from .launcher import aws, require_extras
+    from .launcher.workloads import resolve_workload
 
     def aws_target(role: str) -> aws.AwsTarget:
         return aws.AwsTarget(function_name, role, image_uri=image_uri, region=region,
@@ -1287,7 +1294,7 @@ def launch_command(
     target = None
     if backend == "aws":
         if stack is not None:
-            from lambdadnn.launcher.stack import stack_outputs
+            from .launcher.stack import stack_outputs
 
             outputs = stack_outputs(
                 aws.aws_client("cloudformation", region, endpoint_url=endpoint_url), stack)
@@ -1312,11 +1319,14 @@ def launch_command(
                             "job afresh, so drop `--resume` or `--backend aws`")
     require_extras(backend)
     if resume is not None:
-        from lambdadnn.launcher.local import check_resume
+        from .launcher.local import check_resume
 
         check_resume(resume, redis_url)
-    from lambdadnn.launcher.adaptive import controller_for
-    from lambdadnn.launcher.channel import redis_client
+    from .launcher.channel import redis_client
+    from .launcher.launch import Launch, aws_job, launch
+    from .launcher.local import Interrupted
+    from .launcher.orchestrator import Hooks, RunOptions
+    from .launcher.spec import RunFailed
 
     spec = _plan_to_launch(source, platform, force)
     profiled = spec.instance.fit if spec.instance is not None else None
@@ -1325,80 +1335,43 @@ def launch_command(
         field="instance_spec.fit.workload" if source.suffix.lower() == ".json" else "fit.workload",
         source=f"file {brief(str(source), 80)}",
     )
-    controller = controller_for(spec) if adaptive else None
-    settings = {"checkpoint_every": checkpoint_every, "seed": seed, "workload": workload}
-    if target is not None:
-        job = f"aws-{seed}-{spec.functions}x{spec.memory_mb}"
-        if dry_run:
-            url = redis_url or "redis://REDIS-HOST:6379/0"
-            redis_client(url, option="--redis-url", ping=False).close()
-            calls = aws.dry_run(spec, target, redis_url=url, job=job, worker_settings=settings)
-            if target.image_uri is None:
-                click.echo(f"warning: these are the calls of a zip deployment, which `launch` "
-                           f"refuses: {aws.NEEDS_IMAGE}; give `--image-uri` or `--stack`",
-                           err=True)
-            _emit_json([{"operation": c.operation, "params": c.params} for c in calls])
-            return
+    options = RunOptions(timeout_s=timeout_s, checkpoint_every=checkpoint_every, seed=seed,
+                         workload=workload)
+    if target is not None and dry_run:
+        url = redis_url or "redis://REDIS-HOST:6379/0"
+        redis_client(url, option="--redis-url", ping=False).close()
+        calls = aws.dry_run(spec, target, redis_url=url, job=aws_job(spec, seed), options=options)
         if target.image_uri is None:
-            raise InstanceError(f"`--image-uri` is needed for the aws backend: {aws.NEEDS_IMAGE}; "
-                                "build the image (`lambdadnn image`), push it to ECR and pass "
-                                "its URI, or `--stack NAME`")
-        if not redis_url:
-            raise InstanceError("`--redis-url` is needed for the aws backend: a Redis that the "
-                                "Lambda functions can reach (not 127.0.0.1), or `--stack NAME`")
-        report = _launch_aws(spec, target, redis_url, job, settings, endpoint_url,
-                             timeout_s, as_json, controller)
-    else:
-        from lambdadnn.launcher.local import Interrupted, run_local
-        from lambdadnn.launcher.spec import RunFailed
-
-        if redis_url is not None:
-            redis_client(redis_url, option="--redis-url").close()
-        bar = _IterationBar(not as_json, spec.iterations)
-        try:
-            report = run_local(
-                spec, redis_url=redis_url, timeout_s=timeout_s, seed=seed, workload=workload,
-                checkpoint_every=checkpoint_every, oversubscribe=oversubscribe,
-                warn=lambda line: click.echo(f"warning: {line}", err=True),
-                progress=lambda iteration, _total: bar.update(iteration),
-                controller=controller, resume=resume,
-            )
-        except RunFailed as failure:  # the report of what ran, then the one `error:` line
-            bar.close()
-            if as_json:
-                _emit_json(failure.report.to_dict())
-            else:
-                click.echo(_launch_text(failure.report))
-            raise
-        except Interrupted as stop:  # the shell's convention: 128 + the signal's number
-            bar.close()
-            click.echo(f"error: {stop}", err=True)
-            sys.exit(128 + stop.signum)
-        finally:
-            bar.close()
+            click.echo(f"warning: these are the calls of a zip deployment, which `launch` "
+                       f"refuses: {aws.NEEDS_IMAGE}; give `--image-uri` or `--stack`", err=True)
+        _emit_json([{"operation": c.operation, "params": c.params} for c in calls])
+        return
+    how = Launch(backend="aws" if target is not None else "local", run=options,
+                 redis_url=redis_url, adaptive=adaptive, oversubscribe=oversubscribe,
+                 resume=resume, target=target, endpoint_url=endpoint_url)
+    bar = _IterationBar(not as_json, spec.iterations)
+    try:
+        report = launch(spec, how, Hooks(
+            progress=lambda iteration, _total: bar.update(iteration),
+            warn=lambda line: click.echo(f"warning: {line}", err=True),
+        ))
+    except RunFailed as failure:  # the report of what ran, then the one `error:` line
+        bar.close()
+        if as_json:
+            _emit_json(failure.report.to_dict())
+        else:
+            click.echo(_launch_text(failure.report))
+        raise
+    except Interrupted as stop:  # the shell's convention: 128 + the signal's number
+        bar.close()
+        click.echo(f"error: {stop}", err=True)
+        sys.exit(128 + stop.signum)
+    finally:
+        bar.close()
     if as_json:
         _emit_json(report.to_dict())
         return
     click.echo(_launch_text(report))
-
-
-def _launch_aws(
-    spec: LaunchSpec, target: Any, redis_url: str, job: str, settings: dict[str, Any],
-    endpoint_url: str | None, timeout_s: float, quiet: bool, controller: Planner | None,
-) -> LaunchReport:
-    from lambdadnn.launcher import aws
-
-    client = aws.lambda_client(target.region, endpoint_url=endpoint_url)
-    bar = _IterationBar(not quiet, spec.iterations)
-    try:
-        return aws.run_aws_job(
-            spec, client, target, redis_url=redis_url, job=job, worker_settings=settings,
-            timeout_s=timeout_s,
-            on_progress=lambda progress: bar.update(int(progress.get("iteration", 0))),
-            controller=controller,
-        )
-    finally:
-        bar.close()
 
 
 @main.command("deploy")
@@ -1423,7 +1396,7 @@ def deploy_command(print_template: bool) -> None:
     The launcher reaches the Redis too: run it inside the VPC, or route the VPC to it over SSH
     (deploy with KeyName=KEY SshCidr=YOUR-IP/32, then run the stack's `Tunnel` output).
     """
-    from lambdadnn.launcher.stack import template
+    from .launcher.stack import template
 
     if not print_template:
         raise InstanceError("`lambdadnn deploy` prints the stack, which the AWS CLI creates: "
@@ -1467,7 +1440,7 @@ def image_command(
     """
     import shlex
 
-    from lambdadnn.launcher import image
+    from .launcher import image
 
     name = tag or image.DEFAULT_TAG
     arch = architecture or image.DEFAULT_ARCHITECTURE
@@ -1571,9 +1544,9 @@ def profile_command(
     """
     import yaml
 
-    from lambdadnn.launcher import require_extras
-    from lambdadnn.launcher.profile import check_out, profile_workload, write_out
-    from lambdadnn.launcher.workloads import check_workload, resolve_workload
+    from .launcher import require_extras
+    from .launcher.profile import check_out, profile_workload, write_out
+    from .launcher.workloads import check_workload, resolve_workload
 
     check_out(out)
     require_extras(backend)
@@ -1590,12 +1563,12 @@ def profile_command(
         bar.length = total
         bar.update(done - bar.pos, label)
 
-    from lambdadnn.launcher.local import Interrupted
+    from .launcher.local import Interrupted
 
     try:
         check_workload(resolve_workload(workload), seed, timeout_s=factory_timeout_s)
         if backend == "aws":
-            from lambdadnn.launcher.aws import profile_capacity, profile_runner
+            from .launcher.aws import profile_capacity, profile_runner
 
             if not (role_arn and redis_url):
                 raise InstanceError(
@@ -1607,7 +1580,7 @@ def profile_command(
                 redis_url=redis_url,
             )
         else:
-            from lambdadnn.launcher.local import local_capacity, local_runner
+            from .launcher.local import local_capacity, local_runner
 
             capacity = local_capacity(reserve_cpus=reserve_cpus)
             runner = local_runner(workload=workload, seed=seed)

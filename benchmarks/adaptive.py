@@ -25,8 +25,9 @@ from lambdadnn.simulator.adaptive import run_adaptive
 from lambdadnn.simulator.compare import compare
 from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE
 from lambdadnn.simulator.pool import JobOutcome, job_rng
-from lambdadnn.simulator.trace import Job, generate_trace
+from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.solver.trace_file import Job
 
 NAMES = ("lambdadnn", "lambdadnn-adaptive", "clairvoyant")
 TRUTHS = (

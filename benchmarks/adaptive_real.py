@@ -11,7 +11,7 @@ Run as ``.venv/bin/python -m benchmarks.adaptive_real [--profile PATH] [--budget
    the most while the truth's plan needs more n·m than the belief plans, and its fastest
    has 20% to spare.
    It launches the belief's plan twice, exactly as `lambdadnn launch plan.json` and
-   `lambdadnn launch plan.json --adaptive` do (`run_local`, with `controller_for`);
+   `lambdadnn launch plan.json --adaptive` do (`run_local`, with `Controller.of(spec)`);
 3. **pessimistic belief**: R / 1.5, at a deadline of 3× the fastest plan's time: the belief
    plans more than the machine needs, and the adaptive run should scale down and cost less.
 
@@ -36,10 +36,11 @@ from typing import Any
 import yaml
 
 from lambdadnn import evaluate, load_instance, solve
-from lambdadnn.launcher.adaptive import controller_for
 from lambdadnn.launcher.local import local_capacity, local_runner, run_local
 from lambdadnn.launcher.profile import profile_workload
 from lambdadnn.launcher.spec import LaunchSpec
+from lambdadnn.models.prices import bill
+from lambdadnn.solver.adaptive import Controller
 from lambdadnn.solver.instance import Instance, instance_mapping
 from lambdadnn.solver.plan import Plan
 
@@ -103,20 +104,19 @@ def optimistic_deadline(truth: Instance, fastest_s: float) -> float:
 def run_cost(report: dict[str, Any], instance: Instance) -> float:
     """What Lambda would bill for the run's rounds (functions and requests; the PS too)."""
     platform, server = instance.platform, instance.parameter_server
-    total = 0.0
-    for round_ in report["rounds"]:
-        seconds = round_["seconds"] or 0.0
-        total += round_["functions"] * round_["memory_mb"] / 1024 * seconds * (
-            platform.price_per_gb_second)
-        total += round_["invocations"] * platform.price_per_request
-    return total + report["measured_time_s"] * server.price_per_hour / 3600
+    rounds = sum(bill(round_["seconds"] or 0.0, round_["functions"], round_["memory_mb"],
+                      requests=round_["invocations"],
+                      price_per_gb_second=platform.price_per_gb_second,
+                      price_per_request=platform.price_per_request)
+                 for round_ in report["rounds"])
+    return rounds + report["measured_time_s"] * server.price_per_hour / 3600
 
 
 def launch(label: str, plan: Plan, deadline_s: float, *, adaptive: bool) -> dict[str, Any]:
     spec = LaunchSpec.from_plan(plan)
     load = os.getloadavg()[0]
     report = run_local(spec, workload=WORKLOAD,
-                       controller=controller_for(spec) if adaptive else None).to_dict()
+                       controller=Controller.of(spec) if adaptive else None).to_dict()
     row = {
         "case": label, "launch": "adaptive" if adaptive else "static", "load": load,
         "deadline_s": deadline_s, "measured_s": report["measured_time_s"],

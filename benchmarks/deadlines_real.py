@@ -16,8 +16,8 @@ Run as ``.venv/bin/python -m benchmarks.deadlines_real [--workloads digits-cnn,d
    `solve(belief, deadline_s=…, guarantee=0.9)`; a wrong-belief plan is solved from the wrong
    instance, and runs the real workload all the same;
 3. launches each plan as `lambdadnn launch plan.json [--adaptive]` does (`run_local`, with
-   `controller_for` when adaptive, so the controller starts from the plan's belief), reading
-   the 1-minute load average before and after;
+   `Controller.of(spec)` when adaptive, so the controller starts from the plan's belief),
+   reading the 1-minute load average before and after;
 4. predicts each run from the profile, whatever belief planned it (`predict`: the model's
    mean and 90% interval for the plans as they ran), and writes every row to
    DIR/deadlines_real.json as soon as it is measured, so an interrupted run loses nothing.
@@ -51,12 +51,12 @@ from lambdadnn import evaluate, load_instance, solve
 from lambdadnn.benchmarks.adaptive_real import rate_times, run_cost, sized
 from lambdadnn.benchmarks.calibration import profile_local, profile_path
 from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.adaptive import controller_for
 from lambdadnn.launcher.local import Interrupted, run_local
 from lambdadnn.launcher.profile import write_out
 from lambdadnn.launcher.spec import LaunchSpec, RunFailed
 from lambdadnn.launcher.workloads import SHIPPED
 from lambdadnn.models.errors import LambdaDnnError
+from lambdadnn.solver.adaptive import Controller
 from lambdadnn.solver.instance import Instance
 from lambdadnn.solver.plan import Plan
 
@@ -183,7 +183,7 @@ def launch(cell: Cell, plan: Plan, truth: Instance, number: int) -> dict[str, An
     error = None
     try:
         report = run_local(spec, workload=cell.workload,
-                           controller=controller_for(spec) if cell.adaptive else None).to_dict()
+                           controller=Controller.of(spec) if cell.adaptive else None).to_dict()
     except RunFailed as failure:  # it ran, and its report says how far
         report, error = failure.report.to_dict(), str(failure)
     except LaunchError as failure:  # it could not run (or the controller asked the impossible)

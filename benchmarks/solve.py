@@ -42,7 +42,8 @@ from typing import Any
 from lambdadnn import solve
 from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1
 from lambdadnn.solver.errors import LambdaDnnError, NoValidPlanError
-from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.instance_yaml import load_instance
 from tests.oracle import brute_force
 
 ROOT = Path(__file__).resolve().parent.parent

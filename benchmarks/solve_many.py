@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lambdadnn import Schedule, Submission, solve, solve_many
-from lambdadnn.simulator.trace import generate_trace, write_trace
+from lambdadnn.simulator.trace import generate_trace
+from lambdadnn.solver.trace_file import write_trace
 
 GUARANTEE = 0.999
 GAP = 0.01

@@ -7,7 +7,7 @@ AWS backend can import the rest without paying for PyTorch.
 from importlib.util import find_spec
 
 # The root error only: importing `solver` would pull SymPy and Pyomo into every Lambda worker.
-from lambdadnn.models.errors import LambdaDnnError
+from ..models.errors import LambdaDnnError
 
 __all__ = ["BACKEND_EXTRAS", "INSTALL_EXTRAS", "LaunchError", "require_extras"]
 

@@ -5,9 +5,9 @@ starts a further round whenever the controller changes the plan. At each check t
 hands `AdaptiveRun.poll` the live iteration and the channel's timing records; it turns the
 records of the current round into an `Observation` (per iteration, each worker's compute and
 the least exchange time over the workers), asks the controller, and says whether to halt the
-group. The backend halts it at the next iteration (`ParameterChannel.set_halt`), waits for
-every rank to checkpoint and return, re-provisions and calls `switch`: the new ranks resume
-from the checkpoint with the same global batch, split over the new n.
+group. The orchestrator halts it at the next iteration (`ParameterChannel.set_halt`), waits
+for every rank to checkpoint and return, has the backend re-provision and calls `switch`:
+the new ranks resume from the checkpoint with the same global batch, split over the new n.
 
 The controller (and with it the solver's SymPy and HiGHS) is imported only by whoever builds
 one: a worker process imports the local backend, which imports this module.
@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.spec import LaunchSpec
-from lambdadnn.launcher.timings import per_iteration, round_starts
+from . import LaunchError
+from .spec import LaunchSpec
+from .timings import per_iteration, round_starts
 
 if TYPE_CHECKING:
-    from lambdadnn.solver.adaptive import Controller, Decision, Observation
+    from ..solver.adaptive import Decision, Observation
 
-__all__ = ["AdaptiveRun", "Planner", "Request", "Round", "controller_for"]
+__all__ = ["AdaptiveRun", "Planner", "Request", "Round"]
 
 STATIC_REASON = "static launch: the plan as solved, never re-planned"
 
@@ -46,23 +46,6 @@ class Planner(Protocol):
     def decide(
         self, *, iterations_done: float, elapsed_s: float, observation: Observation | None = None,
     ) -> Decision: ...
-
-
-def controller_for(spec: LaunchSpec) -> Controller:
-    """The controller of an adaptive launch of `spec`: its instance is the belief, its n × m
-    and global batch the first plan, its iterations and the instance's deadline the goal, at
-    the plan's guarantee."""
-    if spec.instance is None:
-        raise LaunchError(
-            "`--adaptive` re-plans from the instance the plan was solved from, and this plan "
-            "carries none (`instance_spec`); re-solve it with `lambdadnn solve X.yaml --json`"
-        )
-    from lambdadnn.solver.adaptive import Controller
-
-    return Controller(
-        spec.instance, spec.functions, spec.memory_mb, float(spec.global_batch),
-        float(spec.iterations), spec.instance.objective.deadline_s, spec.guarantee,
-    )
 
 
 @dataclass
@@ -113,7 +96,7 @@ class AdaptiveRun:
             raise LaunchError(
                 f"the controller starts at {first.functions} × {first.memory_mb} MB, not at the "
                 f"plan's {spec.functions} × {spec.memory_mb} MB; build it from the plan "
-                "(`controller_for`)"
+                "(`Controller.of(spec)`)"
             )
         self.global_batch, self.total = spec.global_batch, spec.iterations
         self.rounds = [Round(
@@ -152,7 +135,7 @@ class AdaptiveRun:
     def observation(self, records: Sequence[Mapping[str, Any]]) -> Observation:
         """The current round's timed iterations not yet observed, as an `Observation`: those
         every one of its ranks has recorded (`ParameterChannel.timings`)."""
-        from lambdadnn.solver.adaptive import Observation
+        from ..solver.adaptive import Observation
 
         current = self.current
         mine = [record for record in records if int(record["round"]) >= current.first_round]
@@ -219,12 +202,6 @@ class AdaptiveRun:
             )
         self.pending = decision
         return "halt"
-
-    def halted(self, records: Sequence[Mapping[str, Any]], round_: int) -> bool:
-        """Whether every rank of channel round `round_` has returned (its last record)."""
-        returned = {int(record["rank"]) for record in records
-                    if int(record["round"]) == round_ and record.get("returned")}
-        return len(returned) == self.current.functions
 
     def switch(self, decision: Decision, iteration: int, round_: int) -> Round:
         """The current round ended at `iteration` for the `pending` decision: start the new

@@ -20,10 +20,10 @@ apart by their error code (`exc.response["Error"]["Code"]`), which is all a fake
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
-import numbers
 import random
 import re
 import time
@@ -34,20 +34,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import lambdadnn
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.adaptive import AdaptiveRun, Planner
-from lambdadnn.launcher.profile import Capacity, Runner
-from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction, default_margin
-from lambdadnn.launcher.timings import summarise
-from lambdadnn.launcher.workloads import check_workload
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import ARCHITECTURES, platform_path, read_yaml
+from ..inputs.files import brief
+from ..solver.instance import ARCHITECTURES
+from ..solver.instance_yaml import platform_path, read_yaml
+from . import LaunchError
+from .adaptive import Planner
+from .backend import Channel, Observed
+from .orchestrator import (
+    DEFAULTS,
+    REAL_TIME,
+    SILENT,
+    Clock,
+    Hooks,
+    RunOptions,
+    orchestrate,
+)
+from .profile import Capacity, Runner
+from .spec import WORKER_DEFAULTS, LaunchReport, LaunchSpec
 
 __all__ = [
     "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "NEEDS_IMAGE", "NO_CREDENTIALS", "POLICY_ACTIONS",
-    "REDIS_URL_ENV", "RUNTIME", "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call",
-    "DryRunClient", "Followed", "aws_client", "dry_run", "lambda_client", "package_worker",
+    "REDIS_URL_ENV", "RUNTIME", "AwsBackend", "AwsLaunchError", "AwsLauncher", "AwsTarget",
+    "Call", "DryRunClient", "Following", "aws_client", "dry_run", "lambda_client", "package_worker",
     "profile_capacity", "profile_runner", "required_policy", "run_aws", "run_aws_job",
 ]
 
@@ -58,9 +66,9 @@ REDIS_URL_ENV = "LAMBDADNN_REDIS_URL"
 JOB_ENV = "LAMBDADNN_JOB"
 
 ASYNC_PAYLOAD_LIMIT_BYTES = 1_048_576  # Lambda's limit for one asynchronous invocation
-# The worker imports `lambdadnn.launcher`, which imports the error root in `models` (and its
-# spec module the solver's input helpers): all pure Python, shipped together (about 200 kB).
-WORKER_PACKAGES = ("launcher", "models", "solver")
+# The worker imports `lambdadnn.launcher`, the error root (`models.errors`, from `inputs`) and
+# `inputs.files.brief`: all pure Python, shipped together; the solver is not among them.
+WORKER_PACKAGES = ("inputs", "launcher", "models")
 # Why the worker runs from an image: CPU-only torch alone is larger than a zip may be.
 NEEDS_IMAGE = ("the worker imports torch, which is larger than Lambda's 250 MB limit on a zip "
                "deployment and its layers")
@@ -192,14 +200,6 @@ class Call:
     params: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Followed:
-    """How a followed job ended: its re-invocation rounds and its last progress report."""
-
-    restarts: int
-    progress: dict[str, Any]
-
-
 def _operation_name(method: str) -> str:
     """`put_function_concurrency` → `PutFunctionConcurrency`, the name IAM and the API use."""
     return "".join(part.capitalize() for part in method.split("_"))
@@ -280,7 +280,7 @@ def aws_client(
 
 def package_root() -> Path:
     """The folder `lambdadnn` was imported from: a checkout, an editable or a wheel install."""
-    return Path(lambdadnn.__file__).resolve().parent
+    return Path(__file__).resolve().parents[1]
 
 
 def _source_files(root: Path, packages: tuple[str, ...]) -> Iterator[Path]:
@@ -361,10 +361,11 @@ def required_policy(target: AwsTarget | None = None) -> dict[str, Any]:
 
 
 class AwsLauncher:
-    """Deploys the worker function, invokes its ranks, follows the job, and cleans up.
+    """Deploys the worker function, invokes its ranks, resizes it and cleans up: the AWS
+    calls of an `AwsBackend`.
 
-    `sleep` and `clock` are injected so that backoff, readiness polling and following a
-    15-minute round are instant and deterministic in tests.
+    `sleep` and `clock` are injected so that backoff and readiness polling are instant and
+    deterministic in tests.
     """
 
     def __init__(
@@ -540,7 +541,7 @@ class AwsLauncher:
             "console, then launch again"
         )
 
-    # -- invoke and follow -------------------------------------------------------------------
+    # -- invoke ------------------------------------------------------------------------------
 
     def invoke_all(self, event_base: Mapping[str, Any], workers: int) -> None:
         """Invoke ranks 0..n-1 asynchronously: Lambda queues them, nobody waits for them."""
@@ -561,70 +562,6 @@ class AwsLauncher:
                     f"Lambda did not queue rank {rank} of {self.target.function_name!r} (status "
                     f"{response.get('StatusCode')}): check the function's state and launch again"
                 )
-
-    def follow(
-        self,
-        channel_progress: Callable[[], Mapping[str, Any]],
-        *,
-        reinvoke: Callable[[], None],
-        timeout_s: float = FUNCTION_TIMEOUT_S,
-        poll_s: float = 5.0,
-        quiet_s: float = 60.0,
-        max_restarts: int | None = None,
-        on_progress: Callable[[Mapping[str, Any]], None] | None = None,
-        adapt: Callable[[Mapping[str, Any]], bool] | None = None,
-    ) -> Followed:
-        """Follow the job through the channel until it says `done`; re-invoke timed-out rounds.
-
-        A round is over when `timeout_s` has passed since its invocations *and* the progress
-        report has not changed for `quiet_s`: an asynchronous invocation may start late, and
-        re-invoking a rank that is still alive would put two copies of it on the barrier.
-        Workers checkpoint before their timeout, so the next round resumes from there. A
-        round in which nothing moved means the workers never ran: that is an error, not a
-        reason to retry forever. `adapt(progress)` (an adaptive launch) is asked at each poll
-        and returns True when it has invoked a new group itself (another plan): a new round,
-        not a restart.
-        """
-        restarts = 0
-        round_start = last_change = self._clock()
-        moved = False
-        previous: dict[str, Any] | None = None
-        while True:
-            progress = dict(channel_progress())
-            now = self._clock()
-            if on_progress is not None:
-                on_progress(progress)
-            if progress.get("done"):
-                return Followed(restarts=restarts, progress=progress)
-            if adapt is not None and adapt(progress):
-                round_start = last_change = self._clock()
-                moved, previous = False, None
-                self._sleep(poll_s)
-                continue
-            if previous is not None and progress != previous:
-                moved, last_change = True, now
-            previous = progress
-            if now - round_start >= timeout_s and now - last_change >= quiet_s:
-                if not moved:
-                    raise AwsLaunchError(
-                        f"no progress from function {self.target.function_name!r} in "
-                        f"{now - round_start:.0f} s (progress: {progress}): the workers did not "
-                        "run; read their CloudWatch logs, and check that the channel URL is "
-                        "reachable from Lambda and the layer or image holds the dependencies"
-                    )
-                if max_restarts is not None and restarts >= max_restarts:
-                    raise AwsLaunchError(
-                        f"the job was re-invoked {restarts} times and is still not done "
-                        f"(progress: {progress}): training on Lambda is much slower than the "
-                        "plan predicts; profile the workload again and re-solve"
-                    )
-                reinvoke()
-                restarts += 1
-                round_start = last_change = self._clock()
-                # The new round's first report is its baseline: what `reinvoke` itself
-                # changed (the channel's restart count) is no sign of live workers.
-                moved, previous = False, None
-            self._sleep(poll_s)
 
     # -- cleanup -----------------------------------------------------------------------------
 
@@ -652,152 +589,175 @@ class AwsLauncher:
             raise failures[0]
 
 
-def run_aws(
-    spec: LaunchSpec,
-    client: Any,
-    target: AwsTarget,
-    *,
-    redis_url: str,
-    channel_progress: Callable[[], Mapping[str, Any]],
-    job: str,
-    channel_result: Callable[[], Mapping[str, Any] | None] | None = None,
-    channel_timings: Callable[[], list[dict[str, Any]]] | None = None,
-    record_restart: Callable[[], object] | None = None,
-    worker_settings: Mapping[str, Any] | None = None,
-    timeout_s: float = FUNCTION_TIMEOUT_S,
-    poll_s: float = 5.0,
-    quiet_s: float = 60.0,
-    max_restarts: int | None = None,
-    on_progress: Callable[[Mapping[str, Any]], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    wall_clock: Callable[[], float] = time.time,
-    controller: Planner | None = None,
-    set_halt: Callable[[bool], None] | None = None,
-    request_checkpoint: Callable[[], None] | None = None,
-) -> LaunchReport:
-    """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always).
+@dataclass(frozen=True)
+class Following:
+    """How the AWS backend follows a job through its channel: a look every `poll_s`, and a
+    round is over once the invocation limit has passed *and* the channel has not changed for
+    `quiet_s` (an asynchronous invocation may start late, and re-invoking a rank still alive
+    would put two copies of it on the barrier). `sleep` and `clock` are injected so that
+    following a 15-minute round is instant and deterministic in tests."""
 
-    The Redis channel at `redis_url` must be reachable from Lambda (a Redis next to the
-    parameter server, not 127.0.0.1). `max_restarts` defaults to three times the rounds the
-    plan predicts, so a job far slower than planned stops instead of running up a bill.
-    `record_restart` (the channel's) is called before each re-invocation round, so the
-    channel's own restart count agrees with the report's. `measured_time_s` runs from the
-    first invocation to the last update the workers timed (to `done` when they timed none);
-    final loss and test accuracy come from `channel_result`. The
-    event's `workload` is checked before anything is deployed (`check_workload`); a user's
-    factory module must be in the deployed code (`--image-uri` or a layer). The workers'
-    timings come from `channel_timings` (the channel's), against each round's invocation
-    time on `wall_clock`.
+    poll_s: float = 5.0
+    quiet_s: float = 60.0
+    sleep: Callable[[float], None] = time.sleep
+    clock: Clock = REAL_TIME
 
-    `timeout_s` is the invocation limit, at most Lambda's 900 s; workers stop to checkpoint
-    `timeout_margin_s` before it (`default_margin(timeout_s)` unless `worker_settings` set
-    it). Lambda's Timeout is whole seconds, so the function gets ⌈timeout_s⌉ and the workers
-    a margin larger by the difference: they stop where a limit of exactly `timeout_s` would
-    stop them, which is what the report's prediction assumes.
 
-    With a `controller` (`launcher.adaptive.controller_for`), the run is checked where its
-    decisions say, from the workers' timings; a check that keeps the plan has the next update
-    checkpointed (`request_checkpoint`, the channel's); on a change of plan `set_halt` (the
-    channel's) stops the group at its next iteration, and once every rank has checkpointed and
-    returned the function gets the new `MemorySize` and reserved concurrency (`resize`) and
-    the new n ranks are invoked with the same global batch.
+class AwsBackend:
+    """A plan's ranks as asynchronous invocations of one Lambda function (a `Backend`).
+
+    `setup` deploys the function (`AwsLauncher.deploy`), `reconfigure` resizes it between
+    the rounds of an adaptive launch, `stop` deletes what it created. Lambda's Timeout is
+    whole seconds, so the function gets ⌈timeout_s⌉ and the workers a margin larger by the
+    difference: they stop where a limit of exactly `timeout_s` would stop them, which is what
+    the report's prediction assumes. A round in which nothing moved means the workers never
+    ran: that is an error, not a reason to retry.
     """
-    if not (isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool)
-            and 0 < timeout_s <= FUNCTION_TIMEOUT_S):
-        raise AwsLaunchError(
-            f"`timeout_s` {brief(timeout_s)} is no Lambda invocation limit: give seconds in "
-            f"(0, {FUNCTION_TIMEOUT_S}]"
-        )
-    timeout_s = float(timeout_s)
-    _check_concurrency(spec)
-    if max_restarts is None:
-        max_restarts = 3 * (spec.restarts + 1)
-    event = spec.worker_event(job=job, redis_url=redis_url, settings={
-        "timeout_margin_s": default_margin(timeout_s), **(worker_settings or {})})
-    margin = float(event["timeout_margin_s"])
-    if not 0 <= margin < timeout_s:
-        raise AwsLaunchError(
-            f"`timeout_margin_s` {brief(margin)} must be at least 0 and under the invocation "
-            f"limit {timeout_s:g} s: lower it, or leave it out for {default_margin(timeout_s):g}"
-        )
-    function_timeout = math.ceil(timeout_s)
-    event["timeout_margin_s"] = margin + (function_timeout - timeout_s)
-    check_workload(event["workload"], int(event["seed"]))
-    if controller is not None and (set_halt is None or channel_timings is None):
-        raise AwsLaunchError(
-            "an adaptive launch needs the channel's `set_halt` and `channel_timings`: it reads "
-            "the workers' timings and halts them to change the plan (`run_aws_job` passes both)"
-        )
-    run = AdaptiveRun(spec, controller, clock=clock)
-    event = run.event(event)
-    launcher = AwsLauncher(client, target, sleep=sleep, clock=clock)
-    launched: list[float] = []  # wall-clock invocation time of each round
 
-    def invoke() -> None:
-        launched.append(wall_clock())
-        run.launched(launched[-1])
-        launcher.invoke_all(event, run.current.functions)
+    name = "aws"
+    warnings: tuple[str, ...] = ()
 
-    def reinvoke() -> None:
-        if record_restart is not None:
-            record_restart()
-        invoke()
+    def __init__(
+        self, spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
+        channel: Channel, timeout_s: float, following: Following = Following(),
+    ) -> None:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
+            0 < timeout_s <= FUNCTION_TIMEOUT_S
+        ):
+            raise AwsLaunchError(
+                f"`timeout_s` {brief(timeout_s)} is no Lambda invocation limit: give seconds in "
+                f"(0, {FUNCTION_TIMEOUT_S}]"
+            )
+        _check_concurrency(spec)
+        self.job, self.redis_url, self.channel = job, redis_url, channel
+        self._spec, self._target, self._following = spec, target, following
+        self._timeout_s = float(timeout_s)
+        self._launcher = AwsLauncher(client, target, sleep=following.sleep,
+                                     clock=following.clock.monotonic)
+        self._rounds = self._functions = 0
+        self._polled = self._moved = False
+        self._round_start = self._last_change = 0.0
+        self._previous: dict[str, Any] | None = None
 
-    def adapt(progress: Mapping[str, Any]) -> bool:
-        nonlocal event
-        iteration = int(progress.get("iteration", 0))
-        request = run.poll(iteration, channel_timings)
-        if request == "halt":
-            set_halt(True)
-        elif request == "checkpoint" and request_checkpoint is not None:
-            request_checkpoint()
-        decision = run.pending
-        if decision is None or not run.halted(channel_timings(), len(launched) - 1):
-            return False
-        new = run.switch(decision, iteration, len(launched))
-        set_halt(False)
-        launcher.resize(new.functions, new.memory_mb)
-        event = run.event(event)
-        reinvoke()
-        return True
+    @property
+    def runs_on(self) -> str:
+        target = self._target
+        return f"function {target.function_name} ({self._spec.architecture}) in {target.region}"
 
-    try:
-        launcher.deploy(spec, redis_url, job, timeout_s=function_timeout)
-        run.begin()
-        started = clock()
-        invoke()
-        followed = launcher.follow(
-            channel_progress, reinvoke=reinvoke, timeout_s=timeout_s,
-            poll_s=poll_s, quiet_s=quiet_s, max_restarts=max_restarts, on_progress=on_progress,
-            adapt=adapt if controller is not None else None,
-        )
-        measured_time_s = clock() - started
-    finally:
-        launcher.cleanup()
-    iterations = int(followed.progress.get("iteration", spec.iterations))
-    run.close(iterations)
-    return LaunchReport.of(
-        spec, backend="aws", workload=event["workload"], iterations=iterations,
-        restarts=followed.restarts, wall_time_s=measured_time_s,
-        result=channel_result() if channel_result else None,
-        runs_on=f"function {target.function_name} ({spec.architecture}) in {target.region}",
-        prediction=Prediction.of(
-            spec, backend="aws", workload=event["workload"], timeout_s=timeout_s,
-            timeout_margin_s=margin,
-        ),
-        timings=summarise(channel_timings() if channel_timings else [], launched),
-        rounds=run.to_list(),
-    )
+    def setup(self) -> int:
+        self._launcher.deploy(self._spec, self.redis_url, self.job,
+                              timeout_s=math.ceil(self._timeout_s))
+        return 0
+
+    def start(self, event: Mapping[str, Any]) -> None:
+        self._functions, self._rounds = int(event["workers"]), self._rounds + 1
+        extra = math.ceil(self._timeout_s) - self._timeout_s
+        self._launcher.invoke_all(
+            {**event, "timeout_margin_s": float(event["timeout_margin_s"]) + extra},
+            self._functions)
+        self._round_start = self._last_change = self._following.clock.monotonic()
+        self._moved, self._previous = False, None
+
+    def observe(self, *, halting: bool) -> Observed:
+        following = self._following
+        if self._polled:
+            following.sleep(following.poll_s)
+        self._polled = True
+        progress = dict(self.channel.progress())
+        now = following.clock.monotonic()
+        seen = Observed(int(progress.get("iteration", 0)))
+        if progress.get("done"):
+            return Observed(seen.iteration, done=True)
+        if halting and self._returned():
+            return Observed(seen.iteration, over=True)
+        if self._previous is not None and progress != self._previous:
+            self._moved, self._last_change = True, now
+        self._previous = progress
+        if now - self._round_start < self._timeout_s or now - self._last_change < following.quiet_s:
+            return seen
+        if not self._moved:
+            raise AwsLaunchError(
+                f"no progress from function {self._target.function_name!r} in "
+                f"{now - self._round_start:.0f} s (progress: {progress}): the workers did not "
+                "run; read their CloudWatch logs, and check that the channel URL is "
+                "reachable from Lambda and the layer or image holds the dependencies"
+            )
+        return Observed(seen.iteration, over=True)
+
+    def _returned(self) -> bool:
+        """Whether every rank of the current round has returned (its last timing record)."""
+        returned = {int(record["rank"]) for record in self.channel.timings()
+                    if int(record["round"]) == self._rounds - 1 and record.get("returned")}
+        return len(returned) == self._functions
+
+    def rewind(self, iteration: int) -> int:
+        return iteration  # the workers resume from the checkpoint themselves
+
+    def reconfigure(self, functions: int, memory_mb: int) -> None:
+        self._launcher.resize(functions, memory_mb)
+
+    def throttled_share(self) -> float | None:
+        return None
+
+    def verdict(self, result: Mapping[str, Any] | None) -> str | None:
+        return None
+
+    def stop(self, *, finished: bool) -> None:
+        self._launcher.cleanup()
+
+    def capacity(self) -> Capacity:
+        return profile_capacity(region=self._target.region, architecture=self._spec.architecture)
+
+
+def run_aws(
+    spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
+    channel: Channel, options: RunOptions = DEFAULTS, hooks: Hooks = SILENT,
+    controller: Planner | None = None, following: Following = Following(),
+) -> LaunchReport:
+    """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always): the
+    orchestrator (`launcher.orchestrator`) over an `AwsBackend`.
+
+    The Redis of `channel` at `redis_url` must be reachable from Lambda (a Redis next to the
+    parameter server, not 127.0.0.1). `options.max_restarts` defaults to three times the
+    rounds the plan predicts, so a job far slower than planned stops instead of running up a
+    bill. A user's factory module must be in the deployed code (`--image-uri` or a layer).
+    With a `controller`, a change of plan halts the group, and once every rank has
+    checkpointed and returned the function gets the new `MemorySize` and reserved
+    concurrency and the new n ranks are invoked with the same global batch.
+    """
+    backend = AwsBackend(spec, client, target, redis_url=redis_url, job=job, channel=channel,
+                         timeout_s=options.timeout_s, following=following)
+    if options.max_restarts is None:
+        options = dataclasses.replace(options, max_restarts=3 * (spec.restarts + 1))
+    return orchestrate(spec, backend, options=options, hooks=hooks, controller=controller,
+                       clock=following.clock)
+
+
+class _DoneChannel:
+    """A channel whose job is done at once: what a dry run follows."""
+
+    def progress(self) -> dict[str, Any]:
+        return {"done": True}
+
+    def timings(self) -> list[dict[str, Any]]:
+        return []
+
+    def result(self) -> None:
+        return None
+
+    def record_restart(self) -> int:
+        return 0
+
+    def set_halt(self, on: bool) -> None:
+        pass
+
+    def request_checkpoint(self) -> None:
+        pass
 
 
 def dry_run(
-    spec: LaunchSpec,
-    target: AwsTarget,
-    *,
-    redis_url: str,
-    job: str,
-    worker_settings: Mapping[str, Any] | None = None,
+    spec: LaunchSpec, target: AwsTarget, *, redis_url: str, job: str,
+    options: RunOptions = DEFAULTS,
 ) -> list[Call]:
     """Every AWS call `run_aws` would make for this plan, in order, without making any.
 
@@ -805,26 +765,15 @@ def dry_run(
     done at once: the listing cannot drift from what a real run does.
     """
     client = DryRunClient()
-    run_aws(
-        spec, client, target, redis_url=redis_url, job=job, worker_settings=worker_settings,
-        channel_progress=lambda: {"done": True}, sleep=lambda _seconds: None,
-    )
+    run_aws(spec, client, target, redis_url=redis_url, job=job, channel=_DoneChannel(),
+            options=options, following=Following(sleep=lambda _seconds: None))
     return client.calls
 
 
 def run_aws_job(
-    spec: LaunchSpec,
-    client: Any,
-    target: AwsTarget,
-    *,
-    redis_url: str,
-    job: str,
-    worker_settings: Mapping[str, Any] | None = None,
-    timeout_s: float = FUNCTION_TIMEOUT_S,
-    poll_s: float = 5.0,
-    quiet_s: float = 60.0,
-    on_progress: Callable[[Mapping[str, Any]], None] | None = None,
-    controller: Planner | None = None,
+    spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
+    options: RunOptions = DEFAULTS, hooks: Hooks = SILENT,
+    controller: Planner | None = None, following: Following = Following(),
 ) -> LaunchReport:
     """`run_aws` with the job's own parameter channel on the Redis at `redis_url`.
 
@@ -833,21 +782,15 @@ def run_aws_job(
     """
     import redis
 
-    from lambdadnn.launcher.channel import ParameterChannel, channel_failed, redis_client
+    from .channel import ParameterChannel, channel_failed, redis_client
 
     channel = ParameterChannel(redis_client(redis_url, option="--redis-url"), job,
                                workers=spec.functions)
     try:
         try:
-            return run_aws(
-                spec, client, target, redis_url=redis_url, job=job,
-                worker_settings=worker_settings, timeout_s=timeout_s,
-                channel_progress=channel.progress, channel_result=channel.result,
-                channel_timings=channel.timings, record_restart=channel.record_restart,
-                poll_s=poll_s, quiet_s=quiet_s, on_progress=on_progress,
-                controller=controller, set_halt=channel.set_halt,
-                request_checkpoint=channel.request_checkpoint,
-            )
+            return run_aws(spec, client, target, redis_url=redis_url, job=job, channel=channel,
+                           options=options, hooks=hooks, controller=controller,
+                           following=following)
         finally:
             channel.cleanup()
             channel.client.close()
@@ -927,17 +870,19 @@ def profile_runner(
             f"`--image-uri` is needed to profile on Lambda: {NEEDS_IMAGE}; build and push the "
             "image that `lambdadnn image` describes"
         )
-    from lambdadnn.launcher.channel import redis_client
+    from .channel import redis_client
 
     target = AwsTarget(function_name, role_arn, image_uri=image_uri, region=region)
     redis_client(redis_url, option="--redis-url").close()
     lambda_ = lambda_client(region, endpoint_url=endpoint_url) if client is None else client
-    settings = {"seed": seed, "workload": workload}
+    following = Following(poll_s=poll_s, quiet_s=quiet_s)
 
     def run(spec: LaunchSpec, timeout_s: float) -> LaunchReport:
+        options = RunOptions(timeout_s=timeout_s, seed=seed, workload=workload,
+                             checkpoint_every=int(WORKER_DEFAULTS["checkpoint_every"]))
         return run_aws_job(
             spec, lambda_, target, redis_url=redis_url, job=f"profile-{uuid.uuid4().hex[:12]}",
-            worker_settings=settings, timeout_s=timeout_s, poll_s=poll_s, quiet_s=quiet_s,
+            options=options, following=following,
         )
 
     return run

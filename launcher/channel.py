@@ -52,8 +52,8 @@ import numpy as np
 import redis
 from redis.client import Pipeline
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.solver.inputs import brief
+from ..inputs.files import brief
+from . import LaunchError
 
 __all__ = [
     "DEFAULT_KEY_TTL_S", "BarrierTimeoutError", "ChannelError", "ParameterChannel",

@@ -15,10 +15,10 @@ Three fits, each to the figures of `launcher.timings` that the parameters govern
 Standard errors: σ²·(JᵀJ)⁻¹ for least squares, Huber's correction of it for the robust loss
 (`_robust_covariance`), each widened by Student's t for the spare trials it rests on
 (`_widening`), so that a planner may take a parameter as normal around its value with that
-error. A parameter is `identified` only when its standard error is finite (from at least
-`_MIN_RUNS_PER_PARAMETER` spare trials) and what it feeds is known to within
-`_MAX_RELATIVE_SE` (one standard error, relative) everywhere on the grid the instance will be
-solved on (`Grid`):
+error. A parameter is `identified` only when its standard error is finite and within what the
+loader accepts (from at least `_MIN_RUNS_PER_PARAMETER` spare trials) and what it feeds is
+known to within `_MAX_RELATIVE_SE` (one standard error, relative) everywhere on the grid the
+instance will be solved on (`Grid`):
 
 - the rate's slope and intercept: R(m), from their joint covariance, at every memory of the
   grid, where R(m) must also be positive;
@@ -42,11 +42,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
+from ..solver.fit_uncertainty import RUN_SPREAD
+from ..solver.instance import MAX_FIT_NUMBER
+from . import LaunchError
 
 if TYPE_CHECKING:
-    from lambdadnn.launcher.spec import LaunchReport
+    from .spec import LaunchReport
 
 __all__ = ["Estimate", "FittedModel", "Grid", "Point", "Trial", "fit_trials", "fittable"]
 
@@ -317,13 +318,24 @@ def _judged(
     for index, (name, value, stderr) in enumerate(zip(names, values, stderrs, strict=True)):
         why = ("it went to its bound, the trials show no effect of it"
                if index < len(held) and held[index] else reason)
-        if not why and stderr is not None and math.isfinite(stderr):
+        if not why and stderr is not None and stderr <= MAX_FIT_NUMBER:
             estimates[name] = Estimate(float(value), stderr, True, known)
             continue
-        why = why or "its standard error is not finite"
+        why = why or _unbounded(stderr)
         estimates[name] = Estimate(float(value), None, False,
                                    f"{note}; not identified: {why}{_ask(needs)}", needs)
     return estimates
+
+
+def _unbounded(stderr: float | None) -> str:
+    """Why a parameter is not identified although what it feeds is known: its own error is
+    not finite, or beyond what the instance loader accepts (two parameters that trade off,
+    their sum known and neither alone: trials on a loaded machine gave 3.4e13). A planner
+    moves each parameter by its own error, so such an error could not be used anyway."""
+    if stderr is None or not math.isfinite(stderr):
+        return "its standard error is not finite"
+    return (f"its own standard error, {stderr:.3g}, is beyond {MAX_FIT_NUMBER:.0e}: it trades "
+            "off against another parameter and alone it is not known")
 
 
 def _startup(trials: Sequence[Trial], grid: Grid) -> tuple[dict[str, Estimate], float, float]:

@@ -19,9 +19,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.aws import package_worker
-from lambdadnn.solver.inputs import brief
+from ..inputs.files import brief
+from . import LaunchError
+from .aws import package_worker
 
 __all__ = ["DEFAULT_ARCHITECTURE", "DEFAULT_TAG", "DOCKER_PLATFORMS", "WORKLOADS_FOLDER", "build",
            "build_context", "docker_command", "dockerfile"]

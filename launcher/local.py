@@ -45,7 +45,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,35 +54,28 @@ from typing import Any
 
 import redis
 
-import lambdadnn
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.adaptive import AdaptiveRun, Planner
-from lambdadnn.launcher.channel import (
+from ..inputs.files import brief
+from ..models.errors import LambdaDnnError
+from ..solver.instance import MB_PER_VCPU
+from ..solver.instance_yaml import platform_path, read_yaml
+from . import LaunchError
+from .adaptive import Planner
+from .backend import Observed
+from .channel import (
     ChannelError,
     ParameterChannel,
     UnrecoverableError,
-    channel_failed,
     redis_client,
     redis_refusal,
 )
-from lambdadnn.launcher.profile import Capacity, Runner
-from lambdadnn.launcher.spec import (
-    LAMBDA_MEMORY_MB,
-    LaunchReport,
-    LaunchSpec,
-    Prediction,
-    RunFailed,
-    default_margin,
-)
-from lambdadnn.launcher.timings import summarise
-from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD, check_workload, module_root
-from lambdadnn.models.errors import LambdaDnnError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import MB_PER_VCPU, platform_path, read_yaml
+from .orchestrator import Hooks, RunOptions, orchestrate
+from .profile import Capacity, Runner
+from .spec import LAMBDA_MEMORY_MB, LaunchReport, LaunchSpec
+from .workloads import DEFAULT_WORKLOAD, module_root
 
-__all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "available_cpus", "check_capacity",
-           "check_resume", "local_capacity", "local_runner", "redis_server", "run_local",
-           "sweep_cgroups"]
+__all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "LocalBackend", "available_cpus",
+           "check_capacity", "check_resume", "local_capacity", "local_runner", "redis_server",
+           "run_local", "sweep_cgroups"]
 
 _log = logging.getLogger(__name__)
 
@@ -90,7 +83,6 @@ MAX_LOCAL_FUNCTIONS = 64  # one torch process each: more would exhaust a machine
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CPU_PERIOD_US = 100_000
 _INIT_TIMEOUT_S = 120.0  # a worker that cannot even import torch in this long is hung
-_STALL_LIMIT = 3  # relaunches in a row that resume from no later checkpoint: give up
 _POLL_S = 0.1
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up before any fork: a child between fork and exec must not load libraries.
@@ -494,7 +486,7 @@ def _worker_main() -> None:
     report = os.fdopen(int(sys.argv[1]), "w", buffering=1)
     job = json.load(sys.stdin)
     # torch: only ever imported in worker processes
-    from lambdadnn.launcher.worker import handler, prepare
+    from .worker import handler, prepare
 
     try:
         prepare(job["event"])  # the workload is built in the init phase too, at full CPU
@@ -636,7 +628,7 @@ def _worker_environment(workload: str) -> dict[str, str]:
     factory the user named (`resolve_workload`) is.
     """
     env = dict(os.environ)
-    package = Path(lambdadnn.__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     folders = [str(package.parent)] if package.name == "lambdadnn" else []
     root = module_root(workload)
     if root is not None:
@@ -644,39 +636,6 @@ def _worker_environment(workload: str) -> dict[str, str]:
     if folders:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*folders, env.get("PYTHONPATH")]))
     return env
-
-
-def _round(
-    event: dict[str, Any], cap: CpuCap, timeout_s: float, channel: ParameterChannel,
-    on_iteration: Callable[[int], None], stop: _StopSignals, env: dict[str, str],
-) -> list[_Invocation]:
-    """Run every rank once; stop the survivors as soon as one fails (they would wait for it)."""
-    invocations: list[_Invocation] = []
-    try:
-        for rank in range(int(event["workers"])):
-            stop.check()
-            invocations.append(
-                _Invocation.start({**event, "rank": rank}, timeout_s, cap.procs_files[rank], env)
-            )
-        pending = list(invocations)
-        while pending:
-            select.select([i.reports for i in pending], [], [], _POLL_S)
-            stop.check()
-            now = time.monotonic()
-            for invocation in pending:
-                invocation.drain()
-            pending = [i for i in pending if not i.settle(now, timeout_s)]
-            on_iteration(channel.progress()["iteration"])
-            if any(i.failure for i in invocations):
-                break
-        return invocations
-    finally:
-        for invocation in invocations:
-            invocation.close()
-            if invocation.failure is not None:
-                _log.warning("%s", invocation.failure)
-            if invocation.trace is not None:
-                _log.debug("worker %d's traceback:\n%s", invocation.rank, invocation.trace)
 
 
 def _forget(channel: ParameterChannel) -> None:
@@ -700,6 +659,141 @@ def check_resume(job: str, redis_url: str | None) -> None:
         )
 
 
+class LocalBackend:
+    """A plan's ranks as worker processes here, each in a cgroup of m/1769 vCPU (a `Backend`).
+
+    Everything is checked when it is built (`check_resume`, `check_capacity`, whose warning
+    it keeps); `setup` starts a redis-server unless `redis_url` names one, and `resume` (a
+    stopped job's name) starts from that job's last checkpoint. A round ends when every rank
+    has returned, or at the first failure (the survivors would wait at the barrier for it).
+    """
+
+    name = "local"
+
+    def __init__(
+        self, spec: LaunchSpec, *, timeout_s: float, workload: str = DEFAULT_WORKLOAD,
+        redis_url: str | None = None, oversubscribe: bool = False, adaptive: bool = False,
+        resume: str | None = None,
+    ) -> None:
+        if resume is not None:
+            check_resume(resume, redis_url)
+        warning = check_capacity(spec, oversubscribe=oversubscribe, adaptive=adaptive)
+        self.warnings: tuple[str, ...] = () if warning is None else (warning,)
+        self.job = resume if resume is not None else f"local-{uuid.uuid4().hex[:12]}"
+        self._spec, self._timeout_s, self._workload = spec, timeout_s, workload
+        self._given, self._oversubscribe, self._resume = redis_url, oversubscribe, resume
+        self._url = redis_url or ""
+        self._signals = _StopSignals(self.job if redis_url is not None else None)
+        self._stack = ExitStack()
+        self._env: dict[str, str] = {}
+        self._client: redis.Redis | None = None
+        self._channel: ParameterChannel | None = None
+        self._cap = CpuCap("uncapped: no worker started", [])
+        self._invocations: list[_Invocation] = []
+        self._pending: list[_Invocation] = []
+
+    @property
+    def redis_url(self) -> str:
+        return self._url
+
+    @property
+    def channel(self) -> ParameterChannel:
+        if self._channel is None:
+            raise LaunchError("the local backend has no channel before its `setup`")
+        return self._channel
+
+    @property
+    def runs_on(self) -> str:
+        return self._cap.description  # the last round's cap
+
+    def setup(self) -> int:
+        if self._given is not None:
+            redis_client(self._given).close()  # a bad URL is refused before anything starts
+        self._env = _worker_environment(self._workload)
+        self._stack.enter_context(self._signals)  # entered first, so it is left last
+        if self._given is None:
+            self._url = self._stack.enter_context(redis_server())
+        self._client = self._stack.enter_context(redis_client(self._url))
+        self._channel = self._channel_for(self._spec.functions)
+        first = 0 if self._resume is None else _resume(self._channel)
+        if self._given is not None:
+            _log.info("job %s: its keys expire %d s after its last checkpoint; after a stop, "
+                      "continue it with `--resume %s`", self.job, self._spec.key_ttl_s, self.job)
+        self._cap = cap_cpu(_cgroup_name(self.job), self._spec.functions, self._spec.memory_mb)
+        self._stack.callback(lambda: self._cap.remove())  # the last round's: `_cap` is re-bound
+        return first
+
+    def _channel_for(self, functions: int) -> ParameterChannel:
+        assert self._client is not None
+        return ParameterChannel(self._client, self.job, workers=functions,
+                                key_ttl_s=self._spec.key_ttl_s)
+
+    def start(self, event: Mapping[str, Any]) -> None:
+        for rank in range(int(event["workers"])):
+            self._signals.check()
+            self._invocations.append(_Invocation.start(
+                {**event, "rank": rank}, self._timeout_s, self._cap.procs_files[rank], self._env))
+        self._pending = list(self._invocations)
+
+    def observe(self, *, halting: bool) -> Observed:
+        if self._pending:
+            select.select([i.reports for i in self._pending], [], [], _POLL_S)
+        self._signals.check()
+        now = time.monotonic()
+        for invocation in self._pending:
+            invocation.drain()
+        self._pending = [i for i in self._pending if not i.settle(now, self._timeout_s)]
+        iteration = int(self.channel.progress()["iteration"])
+        ranks = self._invocations
+        failures = [i.failure for i in ranks if i.failure is not None]
+        if self._pending and not failures:
+            return Observed(iteration)
+        seen = Observed(
+            iteration, over=True, crashes=len(failures),
+            done=all(i.result is not None and i.result["status"] == "done" for i in ranks),
+            fatal=next((i.failure for i in ranks if i.fatal), None),
+            failure=failures[-1] if failures else None,
+        )
+        self._close_round()
+        return seen
+
+    def _close_round(self) -> None:
+        """Stop the round's survivors, reap every rank and log its failure once."""
+        for invocation in self._invocations:
+            invocation.close()
+            if invocation.failure is not None:
+                _log.warning("%s", invocation.failure)
+            if invocation.trace is not None:
+                _log.debug("worker %d's traceback:\n%s", invocation.rank, invocation.trace)
+        self._invocations, self._pending = [], []
+
+    def rewind(self, iteration: int) -> int:
+        return self.channel.restore() or 0
+
+    def reconfigure(self, functions: int, memory_mb: int) -> None:
+        _check_plan(functions, memory_mb, self._oversubscribe)
+        self._cap.remove()
+        self._cap = cap_cpu(_cgroup_name(self.job), functions, memory_mb)
+        self._channel = self._channel_for(functions)
+
+    def throttled_share(self) -> float | None:
+        return self._cap.throttled_share()
+
+    def verdict(self, result: Mapping[str, Any] | None) -> str | None:
+        return _no_result(self.job, result)
+
+    def stop(self, *, finished: bool) -> None:
+        try:
+            self._close_round()
+            if finished and self._given is not None and self._channel is not None:
+                _forget(self._channel)
+        finally:
+            self._stack.close()
+
+    def capacity(self) -> Capacity:
+        return local_capacity()
+
+
 def run_local(
     spec: LaunchSpec,
     *,
@@ -715,19 +809,12 @@ def run_local(
     controller: Planner | None = None,
     resume: str | None = None,
 ) -> LaunchReport:
-    """Train the spec's `functions` workers at `memory_mb` each for its `iterations`, for real.
+    """Train the spec's `functions` workers at `memory_mb` each for its `iterations`, for real:
+    the orchestrator (`launcher.orchestrator`) over a `LocalBackend`.
 
-    `timeout_s` is each invocation's limit (Lambda's 900 s by default); a worker stops to
-    checkpoint `timeout_margin_s` before it (default: a quarter of it, at most 30 s).
-    `progress(iteration, total)` is called as the channel advances (and steps back to the
-    checkpoint when a failed round is restored). `workload` is a shipped name or
-    `package.module:factory` (see `launcher.workloads`), its factory called with `seed`.
-    Everything is checked before anything starts (`check_capacity`, `check_workload`; `warn`
-    receives the capacity warning). With a `controller` (`launcher.adaptive.controller_for`)
-    the run is checked where its decisions say; on a change of plan the group halts at a
-    checkpoint, its cgroups are made again for the new n at m/1769 vCPU and the new ranks
-    resume from the checkpoint (`launcher.adaptive`).
-
+    The options are `RunOptions`' and `Hooks`' (`warn` receives the capacity warning); with a
+    `controller` (`Controller.of(spec)`) a change of plan re-makes the cgroups for the new n
+    at m/1769 vCPU and the new ranks resume from the checkpoint (`launcher.adaptive`).
     On a caller's Redis (`redis_url`) a finished run deletes its job's keys; one that failed
     or was stopped keeps them until they expire (`spec.key_ttl_s` after the last checkpoint).
     `resume` names such a job (its stop message does): the workers start from its last
@@ -740,118 +827,13 @@ def run_local(
     finite final loss. SIGINT, SIGTERM and SIGHUP raise `Interrupted` (a KeyboardInterrupt)
     after the clean-up.
     """
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise LaunchError(f"`timeout_s` must be a finite number of seconds > 0, got "
-                          f"{brief(timeout_s)}")
-    margin = default_margin(timeout_s) if timeout_margin_s is None else timeout_margin_s
-    if not 0 <= margin < timeout_s or checkpoint_every < 1:
-        raise LaunchError(
-            f"need 0 <= timeout_margin_s ({margin:g}) < timeout_s ({timeout_s:g}) "
-            f"and checkpoint_every ({checkpoint_every}) >= 1"
-        )
-    if resume is not None:
-        check_resume(resume, redis_url)
-    warning = check_capacity(spec, oversubscribe=oversubscribe, adaptive=controller is not None)
-    check_workload(workload, seed)
-    run = AdaptiveRun(spec, controller)
-    env = _worker_environment(workload)
-    if warning is not None and warn is not None:
-        warn(warning)
-    if redis_url is not None:
-        redis_client(redis_url).close()  # a bad URL is refused before anything starts
-    job = resume if resume is not None else f"local-{uuid.uuid4().hex[:12]}"
-    reported = -1
-
-    with _StopSignals(job if redis_url is not None else None) as stop, ExitStack() as stack:
-        url = redis_url if redis_url is not None else stack.enter_context(redis_server())
-        try:
-            client = stack.enter_context(redis_client(url))
-            channel = ParameterChannel(client, job, workers=spec.functions,
-                                       key_ttl_s=spec.key_ttl_s)
-            first = 0 if resume is None else _resume(channel)
-            if redis_url is not None:
-                _log.info("job %s: its keys expire %d s after its last checkpoint; after a "
-                          "stop, continue it with `--resume %s`", job, spec.key_ttl_s, job)
-            cap = cap_cpu(_cgroup_name(job), spec.functions, spec.memory_mb)
-            stack.callback(lambda: cap.remove())  # the cap of the last round: `cap` is re-bound
-            event = run.event(spec.worker_event(job=job, redis_url=url, settings={
-                "checkpoint_every": checkpoint_every, "timeout_margin_s": margin, "seed": seed,
-                "workload": workload,
-            }))
-
-            def on_iteration(iteration: int) -> None:
-                nonlocal reported
-                if progress is not None and iteration != reported:
-                    reported = iteration
-                    progress(iteration, spec.iterations)
-                request = run.poll(iteration, channel.timings)
-                if request == "halt":
-                    channel.set_halt(True)
-                elif request == "checkpoint":
-                    channel.request_checkpoint()
-
-            run.begin(first)
-            restarts, best, stalls = 0, -1, 0
-            failed: str | None = None
-            launched: list[float] = []  # wall-clock launch time of each round
-            while True:
-                stop.check()
-                launched.append(time.time())
-                run.launched(launched[-1])
-                invocations = _round(event, cap, timeout_s, channel, on_iteration, stop, env)
-                if all(i.result is not None and i.result["status"] == "done"
-                       for i in invocations):
-                    break
-                fatal = next((i.failure for i in invocations if i.fatal), None)
-                if fatal is not None:  # a relaunch would meet it again
-                    failed = f"job {job} failed: {fatal}"
-                    break
-                run.failed(sum(1 for i in invocations if i.failure))
-                round_ = channel.record_restart()
-                resumed = channel.restore() or 0
-                best, stalls = (resumed, 0) if resumed > best else (best, stalls + 1)
-                decision = run.pending
-                if decision is None:  # a timeout or a crash: the same plan again
-                    restarts += 1
-                else:  # a change of plan: the same job and checkpoint, n ranks at m MB
-                    new = run.switch(decision, resumed, round_)
-                    channel.set_halt(False)
-                    _check_plan(new.functions, new.memory_mb, oversubscribe)
-                    cap.remove()
-                    cap = cap_cpu(_cgroup_name(job), new.functions, new.memory_mb)
-                    channel = ParameterChannel(client, job, workers=new.functions,
-                                               key_ttl_s=spec.key_ttl_s)
-                    event = run.event(event)
-                if stalls >= _STALL_LIMIT:
-                    last = next((i.failure for i in reversed(invocations) if i.failure), "none")
-                    failed = (f"job {job}: {stalls} relaunches in a row resumed from iteration "
-                              f"{resumed} without progress; last failure: {last}")
-                    break
-            measured = time.monotonic() - run.began
-            result, records = channel.result(), channel.timings()
-            iterations = channel.progress()["iteration"] if result is None else int(
-                result["iterations"])
-            if failed is None:
-                failed = _no_result(job, result)
-            if failed is None and redis_url is not None:
-                _forget(channel)
-        except redis.RedisError as error:
-            raise channel_failed(url, error) from None
-        if failed is None:
-            on_iteration(iterations)
-        run.close(iterations)
-        report = LaunchReport.of(
-            spec, backend="local", workload=workload, iterations=iterations,
-            restarts=restarts, wall_time_s=measured, result=None if failed else result,
-            runs_on=cap.description,
-            prediction=Prediction.of(spec, backend="local", workload=workload,
-                                     timeout_s=timeout_s, timeout_margin_s=margin),
-            timings=summarise(records, launched), throttled_share=cap.throttled_share(),
-            rounds=run.to_list(), error=failed,
-        )
-    if report.error is not None:
-        raise RunFailed(report)
-    return report
+    options = RunOptions(timeout_s=timeout_s, timeout_margin_s=timeout_margin_s,
+                         checkpoint_every=checkpoint_every, seed=seed, workload=workload)
+    backend = LocalBackend(spec, timeout_s=options.timeout_s, workload=workload,
+                           redis_url=redis_url, oversubscribe=oversubscribe,
+                           adaptive=controller is not None, resume=resume)
+    return orchestrate(spec, backend, options=options, hooks=Hooks(progress=progress, warn=warn),
+                       controller=controller)
 
 
 def _resume(channel: ParameterChannel) -> int:
@@ -863,7 +845,7 @@ def _resume(channel: ParameterChannel) -> int:
                           "`--resume`, or give the `--redis-url` it ran on") from None
 
 
-def _no_result(job: str, result: dict[str, Any] | None) -> str | None:
+def _no_result(job: str, result: Mapping[str, Any] | None) -> str | None:
     """Why the metrics the workers published do not make a finished run (None: they do)."""
     if result is None:
         return f"job {job}: every worker returned done but no result was published"

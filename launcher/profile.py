@@ -30,18 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.fit import FittedModel, Grid, Point, Trial, fit_trials, fittable
-from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, default_margin, limit_for
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import (
-    MAX_RATE,
-    MB_PER_VCPU,
-    Instance,
-    instance_mapping,
-    load_instance,
-)
-from lambdadnn.solver.prediction import predict_run
+from ..inputs.files import brief
+from ..models.prices import bill
+from ..solver.instance import MAX_RATE, MB_PER_VCPU, Instance, instance_mapping
+from ..solver.instance_yaml import load_instance
+from ..solver.prediction import predict_run
+from . import LaunchError
+from .fit import FittedModel, Grid, Point, Trial, fit_trials, fittable
+from .spec import LaunchReport, LaunchSpec, default_margin, limit_for
 
 __all__ = ["Capacity", "Runner", "TrialPlan", "check_out", "design", "instance_name",
            "profile_workload", "workload_sizes", "write_out"]
@@ -293,7 +289,7 @@ def workload_sizes(reference: str, seed: int) -> dict[str, float]:
     """The model size (gradient MB, float32), training set size (MB) and samples of a workload."""
     import torch
 
-    from lambdadnn.launcher.workloads import length, load_workload, sample
+    from .workloads import length, load_workload, sample
 
     workload = load_workload(reference, seed)
     parameters = sum(p.numel() for p in workload.model.parameters() if p.requires_grad)
@@ -545,8 +541,9 @@ def _cost(reports: list[LaunchReport], capacity: Capacity) -> float:
     if capacity.backend == "local":
         return 0.0
     return round(sum(
-        r.wall_time_s * r.functions * r.memory_mb / 1024 * capacity.price_per_gb_second
-        + r.invocations * capacity.price_per_request for r in reports), 6)
+        bill(r.wall_time_s, r.functions, r.memory_mb, requests=r.invocations,
+             price_per_gb_second=capacity.price_per_gb_second,
+             price_per_request=capacity.price_per_request) for r in reports), 6)
 
 
 def _temporary(target: Path) -> Path:

@@ -17,22 +17,22 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.timings import RunTimings
-from lambdadnn.launcher.workloads import DEFAULT_WORKLOAD
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief, read_text
-from lambdadnn.solver.instance import (
+from ..inputs.files import brief, read_text
+from ..solver.errors import InstanceError
+from ..solver.instance import (
     ARCHITECTURES,
     MAX_CONCURRENCY,
     MAX_INTEGER,
     Instance,
     instance_mapping,
-    load_instance,
 )
+from ..solver.instance_yaml import load_instance
+from . import LaunchError
+from .timings import RunTimings
+from .workloads import DEFAULT_WORKLOAD
 
 if TYPE_CHECKING:
-    from lambdadnn.solver.plan import Plan
+    from ..solver.plan import Plan
 
 __all__ = [
     "KEY_TTL_MARGIN_S", "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec",
@@ -187,11 +187,17 @@ class LaunchSpec:
     architecture: str  # the platform's, so a plan priced for arm64 deploys on arm64
     status: str = "optimal"
     guarantee: float | None = None  # the plan's, which an adaptive launch keeps
+    deadline_s: float | None = None  # the plan's; its instance's when not given
     # The instance the plan was solved from: what `predicted_time_s` is computed from.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:  # direct construction is checked too
-        _fields({**self._plan_keys(), "instance_spec": self.instance}, "the launch spec")
+        keys = self._plan_keys()
+        _fields({**keys, "instance_spec": self.instance}, "the launch spec")
+        if self.deadline_s is not None:
+            _number(keys, "deadline_s", "the launch spec")
+        elif self.instance is not None:
+            object.__setattr__(self, "deadline_s", self.instance.objective.deadline_s)
 
     def _plan_keys(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "instance"}
@@ -203,15 +209,37 @@ class LaunchSpec:
 
     @classmethod
     def from_plan(cls, plan: Plan) -> LaunchSpec:
-        """The spec of a solved plan (its status and platform included), carrying the very
-        instance it was solved from rather than a re-read copy of it."""
-        return cls.from_mapping({**plan.to_dict(), "instance_spec": plan.solved_from},
-                                source="the solved plan")
+        """The spec of a solved plan (its status, platform and deadline included), carrying
+        the very instance it was solved from; checked once, by the constructor."""
+        return cls(
+            functions=plan.functions, memory_mb=plan.memory_mb,
+            local_batch=max(1, round(plan.local_batch)), iterations=math.ceil(plan.iterations),
+            time_s=plan.time_s, restarts=plan.restarts, platform=plan.platform,
+            architecture=plan.architecture, status=plan.status, guarantee=plan.guarantee,
+            deadline_s=plan.deadline_s, instance=plan.solved_from,
+        )
 
     @classmethod
     def from_mapping(cls, payload: object, *, source: str = "the plan") -> LaunchSpec:
-        """A spec from `Plan.to_dict()` / `solve --json` keys (see `_fields`)."""
-        return cls(**_fields(payload, source))
+        """A spec from `Plan.to_dict()` / `solve --json` keys (see `_fields`); `deadline_s`
+        is optional (a plan without it runs to its instance's deadline, if any)."""
+        checked = _fields(payload, source)
+        assert isinstance(payload, Mapping)  # `_fields` refused anything else
+        deadline = (None if payload.get("deadline_s") is None
+                    else _number(payload, "deadline_s", source))
+        return cls(**checked, deadline_s=deadline)
+
+    @property
+    def solved_from(self) -> Instance:
+        """The instance the plan was solved from: what an adaptive launch re-plans from
+        (`solver.adaptive.Controller.of`)."""
+        if self.instance is None:
+            raise LaunchError(
+                "`--adaptive` re-plans from the instance the plan was solved from, and this "
+                "plan carries none (`instance_spec`); re-solve it with "
+                "`lambdadnn solve X.yaml --json`"
+            )
+        return self.instance
 
     def worker_event(
         self, *, job: str, redis_url: str, settings: Mapping[str, Any] | None = None
@@ -234,7 +262,7 @@ class LaunchSpec:
         (its instance's, else its predicted time) plus `KEY_TTL_MARGIN_S`, at most a year.
         Long enough that a running job's keys never expire between two checkpoints (at most
         one invocation apart), and that a stopped one can be resumed within the day."""
-        deadline = self.time_s if self.instance is None else self.instance.objective.deadline_s
+        deadline = self.time_s if self.deadline_s is None else self.deadline_s
         return min(_KEY_TTL_MAX_S, math.ceil(max(deadline, self.time_s)) + KEY_TTL_MARGIN_S)
 
     @property
@@ -260,7 +288,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def read_plan(path: Path) -> LaunchSpec:
     """The spec of a plan JSON file (regular, at most a few MB), or one `InstanceError` line."""
     shown = brief(str(path), 80)
-    text = read_text(path, what="a plan JSON (`lambdadnn solve X.yaml --json`)")
+    text = read_text(path, what="a plan JSON (`lambdadnn solve X.yaml --json`)",
+                     error=InstanceError)
     try:
         payload = json.loads(text, parse_constant=_no_constant,
                              object_pairs_hook=_no_duplicates)
@@ -291,7 +320,7 @@ class Prediction:
         """Predict from the plan's instance, for its n, m, batch and iterations at the
         launch's invocation limit; only when the instance was profiled for this very
         workload on this backend, never a figure for another network or machine."""
-        from lambdadnn.solver.prediction import predict_run
+        from ..solver.prediction import predict_run
 
         instance = spec.instance
         if instance is None:
@@ -337,6 +366,9 @@ class LaunchReport:
     one plan (`launcher.adaptive.AdaptiveRun.rounds`): a static launch has one, an adaptive
     one a further round per change of (n, m), each with the decision and its reason;
     `functions` and `memory_mb` are the first round's, `invocations` counts every round's.
+    `deadline_s` is the plan's (None: it names none); `met` whether `measured_time_s` kept
+    it and `late_s` by how much it missed it (0 when met), both None without a deadline or
+    for a failed run.
     """
 
     status: str
@@ -369,6 +401,9 @@ class LaunchReport:
     runs_on: str
     rounds: tuple[dict[str, Any], ...]
     error: str | None = None
+    deadline_s: float | None = None
+    met: bool | None = None
+    late_s: float | None = None
 
     @classmethod
     def of(
@@ -386,6 +421,8 @@ class LaunchReport:
 
         predicted = prediction.time_s
         measured = wall_time_s if timings.training_s is None else timings.training_s
+        deadline = spec.deadline_s
+        met = None if deadline is None or error is not None else measured <= deadline
         return cls(
             status="done" if error is None else "failed", backend=backend, workload=workload,
             platform=spec.platform, architecture=spec.architecture, functions=spec.functions,
@@ -404,6 +441,8 @@ class LaunchReport:
             exchange_s=timings.exchange_s, throttled_share=throttled_share,
             final_loss=metric("final_loss"), test_accuracy=metric("test_accuracy"),
             runs_on=runs_on, rounds=tuple(dict(round_) for round_ in rounds), error=error,
+            deadline_s=deadline, met=met,
+            late_s=None if met is None or deadline is None else max(0.0, measured - deadline),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
-from lambdadnn.launcher.aws import (
+from ..inputs.files import brief
+from .aws import (
     NO_CREDENTIALS,
     AwsLaunchError,
     _error_code,
     _missing_credentials,
 )
-from lambdadnn.solver.inputs import brief
 
 __all__ = ["OUTPUTS", "StackError", "StackOutputs", "stack_outputs", "template"]
 

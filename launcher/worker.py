@@ -26,13 +26,13 @@ import sklearn.model_selection  # noqa: F401
 import torch
 from torch import nn
 
-from lambdadnn.launcher.channel import (
+from .channel import (
     DEFAULT_KEY_TTL_S,
     ParameterChannel,
     UnrecoverableError,
     finite,
 )
-from lambdadnn.launcher.workloads import Data, Workload, length, load_workload, sample
+from .workloads import Data, Workload, length, load_workload, sample
 
 __all__ = ["handler"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-import numbers
 import os
 import shlex
 import signal
@@ -30,8 +29,9 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Union
 
-from lambdadnn.launcher import LaunchError
-from lambdadnn.solver.inputs import brief
+from ..inputs.files import brief
+from ..inputs.numbers import finite
+from . import LaunchError
 
 if TYPE_CHECKING:
     import torch
@@ -258,8 +258,8 @@ def load_workload(reference: str, seed: int, *, timeout_s: float | None = None) 
         _size(reference, workload.test, "test")
         for key, value, high in (("lr", workload.lr, math.inf),
                                  ("momentum", workload.momentum, 1)):
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not (0 <= float(value) < high) or (key == "lr" and value <= 0)):
+            checked = finite(value)
+            if checked is None or not 0 <= checked < high or (key == "lr" and checked <= 0):
                 _refuse(reference, f"its `{key}` must be a number in "
                                    f"{'(0, ∞)' if key == 'lr' else '[0, 1)'}, "
                                    f"got {brief(value)}")

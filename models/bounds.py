@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models import performance as model
-from lambdadnn.models.compiled import program
+from . import performance as model
 
 Array = npt.NDArray[np.float64]
 
@@ -114,7 +113,7 @@ def box(
     ⌊vcpu_memory_mb / n⌋ and n where that cap falls below the smallest valid size; the same
     monotonicity puts each row's fastest plan at its own cap (`row_hi`).
     """
-    compiled = program()
+    compiled = model.program()
     with np.errstate(all="ignore"):  # a zero slope: no threshold
         thresholds = compiled.thresholds(*values)
     rate_root, storage_root, storage_cap, batch_limit = map(float, thresholds)
@@ -208,7 +207,7 @@ def cost_lower_bound(
     C = T·weight + n·(r + 1)·p_req ≥ T(m_high)·weight(memory_low) + n·(r(m_high) + 1)·p_req.
     """
     weight = model.figures(values, functions, memory_low, ("weight",))["weight"]
-    p_req = values[program().parameters.index("p_req")]
+    p_req = values[model.program().parameters.index("p_req")]
     lower: Array = high_time * weight + functions * (high_restarts + 1) * p_req
     return lower
 
@@ -227,9 +226,9 @@ def deadline_crossings(
     """The real, positive n where MODEL.md's T_train(n, memory_mb) = T_o, each checked to lie
     in the regime it was solved in, smallest first (restarts and start-ups only add to T, so
     these are where the deadline can start or stop being met, never later or earlier)."""
-    from lambdadnn.models.derivation import deadline_roots
+    from .derivation import deadline_roots
 
-    params = dict(zip(program().parameters, values, strict=True))
+    params = dict(zip(model.program().parameters, values, strict=True))
     per_memory = model.figures(values, 1.0, memory_mb, ("rate", "storage_bandwidth"))
     rate, storage = float(per_memory["rate"]), float(per_memory["storage_bandwidth"])
     crossings = []

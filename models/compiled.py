@@ -1,11 +1,11 @@
 """The model as one compiled numpy program, derived once and cached between processes.
 
 `models.derivation` proves the bounds' facts on the SymPy model and prints every figure as
-numpy statements after one common-subexpression elimination (a `Code`). That takes about a
-second (importing SymPy, proving, printing), so the result is cached as JSON in the user's
-cache directory (`$XDG_CACHE_HOME/lambdadnn`, else `~/.cache/lambdadnn`), under a key made of
-the text of the modules that define the model and derive it, and the lambdadnn version: any
-change to the model re-derives and re-proves it. A cache that is missing, unreadable, corrupt
+numpy statements after one common-subexpression elimination (a `models.code.Code`). That takes
+about a second (importing SymPy, proving, printing), so the result is cached as JSON in the
+user's cache directory (`$XDG_CACHE_HOME/lambdadnn`, else `~/.cache/lambdadnn`), under a key
+made of the text of the modules that define the model, derive it and store it: any change to
+the model re-derives and re-proves it. A cache that is missing, unreadable, corrupt
 (its checksum is stored with it) or written for another key is ignored and rewritten; one
 that cannot be written is skipped. It is code this process runs, so it is read and written
 only in a folder of the user's own that no one else may write, as a regular file of the
@@ -25,85 +25,29 @@ import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import stat
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
+from .code import Code
 
 FORMAT = 1
-# Figures the solver needs beyond a plan's report (`models.equations.AUXILIARY`): the cost
-# weight, and the crash loads whose reaching 1 means a run never finishes.
-AUXILIARY = ("weight", "crash_load", "crash_load_quantile")
-# The modules whose text defines the model, its proofs and its printing (beside this one).
-MODEL_SOURCES = ("equations.py", "derivation.py", "compiled.py")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The modules whose text defines the model, its proofs, its printing and this cache.
+MODEL_SOURCES = ("equations.py", "derivation.py", "code.py", "compiled.py")
 logger = logging.getLogger(__name__)
-
-Statement = tuple[str, str, tuple[str, ...]]  # target, numpy expression, temporaries it uses
-Output = tuple[str, tuple[str, ...]]  # numpy expression, temporaries it uses
-
-
-@dataclass(frozen=True)
-class Code:
-    """Numpy statements computing named outputs from `arguments`, in dependency order."""
-
-    arguments: tuple[str, ...]
-    statements: tuple[Statement, ...]
-    outputs: dict[str, Output]
-
-    def to_json(self) -> dict[str, Any]:
-        outputs = {name: [text, list(uses)] for name, (text, uses) in self.outputs.items()}
-        return {"arguments": list(self.arguments),
-                "statements": [[t, text, list(uses)] for t, text, uses in self.statements],
-                "outputs": outputs}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Code:
-        """Rebuild from `to_json`, checking every part's type (a cache file is untrusted)."""
-        def names(value: Any) -> tuple[str, ...]:
-            if not isinstance(value, list) or not all(
-                isinstance(v, str) and _IDENTIFIER.fullmatch(v) for v in value
-            ):
-                raise ValueError("expected a list of identifiers")
-            return tuple(value)
-
-        def text(value: Any) -> str:
-            if not isinstance(value, str) or "\n" in value:
-                raise ValueError("expected an expression")
-            return value
-
-        statements = tuple((names([t])[0], text(e), names(u)) for t, e, u in data["statements"])
-        outputs = {name: (text(e), names(u)) for name, (e, u) in data["outputs"].items()}
-        return cls(names(data["arguments"]), statements, outputs)
-
-    def function(self, names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]]:
-        """A numpy function returning the outputs `names`, with only the statements they need."""
-        needed = {use for name in names for use in self.outputs[name][1]}
-        for target, _, uses in reversed(self.statements):
-            if target in needed:
-                needed.update(uses)
-        lines = [f"def compiled({', '.join(self.arguments)}):"]
-        lines += [f"    {t} = {text}" for t, text, _ in self.statements if t in needed]
-        lines.append(f"    return ({''.join(self.outputs[name][0] + ', ' for name in names)})")
-        namespace: dict[str, Any] = {"numpy": np}
-        exec(compile("\n".join(lines), f"<lambdadnn model {','.join(names)}>", "exec"), namespace)
-        function: Callable[..., tuple[Any, ...]] = namespace["compiled"]
-        return function
 
 
 @dataclass(frozen=True)
 class Program:
     """The compiled model: its signature, what was proved, and its two pieces of code.
 
-    `figures` maps (n, m, *parameters, *noise) to every figure of `models.performance.Figures`
-    and the `AUXILIARY` ones; `thresholds` maps the parameters to the memory where the rate and
-    the storage bandwidth reach 0, where the storage is capped, and the largest n with b_l ≥ 1.
+    `figures` maps (n, m, *parameters, *noise) to every figure of the model (checked against
+    `models.performance`'s names when loaded); `thresholds` maps the parameters to the memory
+    where the rate and the storage bandwidth reach 0, where the storage is capped, and the
+    largest n with b_l ≥ 1.
     """
 
     parameters: tuple[str, ...]
@@ -136,9 +80,9 @@ def cache_directory() -> Path | None:
     return root / "lambdadnn"
 
 
-def model_key(sources: Iterable[bytes], version: str) -> str:
-    """The cache key: the model's own text (its defining modules), the format and version."""
-    digest = hashlib.sha256(f"lambdadnn {version} format {FORMAT}\n".encode())
+def model_key(sources: Iterable[bytes]) -> str:
+    """The cache key: the model's own text (its defining modules) and the cache's format."""
+    digest = hashlib.sha256(f"lambdadnn model format {FORMAT}\n".encode())
     for text in sources:
         digest.update(hashlib.sha256(text).digest())
     return digest.hexdigest()
@@ -150,8 +94,6 @@ def _checksum(payload: dict[str, Any]) -> str:
 
 def _program(payload: dict[str, Any], origin: Literal["cache", "derived"]) -> Program:
     """A `Program` from a payload, checked to be complete: any flaw raises."""
-    from lambdadnn.models.performance import FIGURE_NAMES
-
     figures = Code.from_json(payload["figures"])
     thresholds = Code.from_json(payload["thresholds"])
     parameters = tuple(payload["parameters"])
@@ -160,7 +102,6 @@ def _program(payload: dict[str, Any], origin: Literal["cache", "derived"]) -> Pr
     regimes = payload["regimes_proved"]
     if (
         figures.arguments != ("n", "m", *parameters, *noise)
-        or set(figures.outputs) != {*FIGURE_NAMES, *AUXILIARY}
         or thresholds.arguments != parameters
         or set(thresholds.outputs) != {"rate_root", "storage_root", "storage_cap", "batch_limit"}
         or len(exact) != len(noise)
@@ -254,7 +195,7 @@ def load(directory: Path | None, key: str | None) -> Program:
         cached = _read(path, key)
         if cached is not None:
             return cached
-    from lambdadnn.models.derivation import derive
+    from .derivation import derive
 
     payload = derive()
     program = _program(payload, "derived")
@@ -263,26 +204,11 @@ def load(directory: Path | None, key: str | None) -> Program:
     return program
 
 
-def _sources() -> list[bytes] | None:
+def cache_key() -> str | None:
+    """The key of this installation's model (`model_key` of `MODEL_SOURCES`); None when the
+    source files cannot be read (then the model is derived every time)."""
     here = Path(__file__).parent
     try:
-        return [(here / name).read_bytes() for name in MODEL_SOURCES]
-    except OSError:  # no source files to key a cache by: derive every time
+        return model_key([(here / name).read_bytes() for name in MODEL_SOURCES])
+    except OSError:
         return None
-
-
-_loaded: list[Program] = []
-_lock = threading.Lock()
-
-
-def program() -> Program:
-    """The process's compiled model: loaded or derived on first use, by one thread."""
-    if not _loaded:
-        with _lock:
-            if not _loaded:
-                from lambdadnn import __version__
-
-                sources = _sources()
-                key = None if sources is None else model_key(sources, __version__)
-                _loaded.append(load(cache_directory(), key))
-    return _loaded[0]

@@ -28,9 +28,9 @@ from typing import Any
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
-from lambdadnn.models import equations as model
-from lambdadnn.models.compiled import Code
-from lambdadnn.models.errors import DerivationError
+from . import equations as model
+from .code import Code
+from .errors import DerivationError
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""The root of lambdadnn's exceptions: upstream of everything, so every layer can raise it."""
+"""The model's errors, under the one root `LambdaDnnError` of the input layer."""
+
+from ..inputs.errors import InputError, LambdaDnnError
+
+__all__ = ["DerivationError", "LambdaDnnError", "NoiseError"]
 
 
-class LambdaDnnError(Exception):
-    """Root of every error lambdadnn raises on purpose; callers catch this and nothing wider."""
-
-
-class NoiseError(LambdaDnnError, ValueError):
+class NoiseError(InputError):
     """A noise model's setting is out of range; the message names it."""
 
 

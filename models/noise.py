@@ -16,7 +16,8 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models.errors import NoiseError
+from ..inputs.numbers import integer, number
+from .errors import NoiseError
 
 Array = npt.NDArray[np.float64]
 
@@ -41,14 +42,9 @@ class NoiseModel:
 
     def __post_init__(self) -> None:
         for field in fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value >= 0
-            ):
-                raise NoiseError(f"`noise.{field.name}` must be a number ≥ 0, got {value!r}")
-        every = self.checkpoint_every
-        if every < 1 or int(every) != every:
-            raise NoiseError(f"`noise.checkpoint_every` must be a positive integer, got {every!r}")
+            number(f"noise.{field.name}", getattr(self, field.name), error=NoiseError,
+                   sign="non-negative")
+        integer("noise.checkpoint_every", self.checkpoint_every, error=NoiseError)
 
     @classmethod
     def none(cls) -> NoiseModel:

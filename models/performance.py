@@ -10,6 +10,7 @@ This module imports numpy only.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
@@ -17,7 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models.compiled import program
+from .compiled import Program, cache_directory, cache_key, load
+from .errors import DerivationError
 
 Array = npt.NDArray[np.float64]
 
@@ -57,8 +59,30 @@ class Figures:
         return (self.rate > 0) & (self.storage_bandwidth > 0) & batch_ok
 
 
-# Every figure a plan's report has (`models.equations.FIGURES`); the program also has "weight".
+# Every figure a plan's report has (`models.equations.FIGURES`).
 FIGURE_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Figures))
+# Figures the solver needs beyond a plan's report (`models.equations.AUXILIARY`): the cost
+# weight, and the crash loads whose reaching 1 means a run never finishes.
+AUXILIARY = ("weight", "crash_load", "crash_load_quantile")
+
+_loaded: list[Program] = []
+_lock = threading.Lock()
+
+
+def program() -> Program:
+    """The process's compiled model: loaded or derived on first use, by one thread, and
+    checked to compute exactly the figures named here."""
+    if not _loaded:
+        with _lock:
+            if not _loaded:
+                loaded = load(cache_directory(), cache_key())
+                if set(loaded.figures.outputs) != {*FIGURE_NAMES, *AUXILIARY}:
+                    raise DerivationError(
+                        f"the model computes {sorted(loaded.figures.outputs)}, not the figures "
+                        f"`models.performance` names ({sorted({*FIGURE_NAMES, *AUXILIARY})})"
+                    )
+                _loaded.append(loaded)
+    return _loaded[0]
 
 
 def parameter_values(params: Mapping[str, float]) -> tuple[float, ...]:

@@ -41,19 +41,18 @@ Semantics (`run_adaptive`):
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.models.performance import Array
-from lambdadnn.simulator.engine import Crashed, JobRun, PlanRun, Ran
-from lambdadnn.solver.adaptive import Controller, Decision, Observation, remaining_instance
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import Instance
+from ..inputs.errors import InputError, InstanceError
+from ..inputs.files import brief
+from ..inputs.numbers import integer, number
+from ..models.noise import NoiseModel
+from ..models.performance import Array
+from ..solver.adaptive import Controller, Decision, Observation, remaining_instance
+from ..solver.instance import Instance
+from .engine import Crashed, JobRun, PlanRun, Ran
 
 __all__ = ["AdaptiveRun", "Leg", "capped", "run_adaptive"]
 
@@ -124,7 +123,8 @@ def _check(
     belief: object, truth: object, true_noise: object, noise: object, budget_s: object,
     rng: object, max_functions: object,
 ) -> None:
-    """One-line `InstanceError`s for inputs the run cannot use."""
+    """One-line `InputError`s for inputs the run cannot use (`InstanceError` for the
+    instances)."""
     for name, value in (("belief", belief), ("truth", truth)):
         if not isinstance(value, Instance):
             raise InstanceError(
@@ -138,27 +138,18 @@ def _check(
         )
     for name, value in (("true_noise", true_noise), ("noise", noise)):
         if not isinstance(value, NoiseModel):
-            raise InstanceError(
+            raise InputError(
                 f"`{name}` must be a lambdadnn.models.noise.NoiseModel, got {brief(value)}"
             )
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not (
-        math.isfinite(budget_s) and budget_s > 0
-    ):
-        raise InstanceError(
-            f"`budget_s` must be a positive number of seconds (the deadline less the wait), "
-            f"got {brief(budget_s)}"
-        )
+    number("budget_s", budget_s, error=InputError,
+           need="a positive number of seconds (the deadline less the wait)")
     if not isinstance(rng, np.random.Generator):
-        raise InstanceError(
+        raise InputError(
             f"`rng` must be a numpy Generator (numpy.random.default_rng(seed)), got {brief(rng)}"
         )
-    if max_functions is not None and (
-        isinstance(max_functions, bool) or not isinstance(max_functions, numbers.Integral)
-        or max_functions < 1
-    ):
-        raise InstanceError(
-            f"`max_functions` must be a positive integer or None, got {brief(max_functions)}"
-        )
+    if max_functions is not None:
+        integer("max_functions", max_functions, error=InputError, floats=False,
+                need="a positive integer or None")
 
 
 def capped(instance: Instance, max_functions: int) -> Instance:
@@ -180,7 +171,7 @@ def run_adaptive(
     `belief` and `noise` are what the controller plans from, at `guarantee`; `truth` and
     `true_noise` what the engine runs (`simulator.truth`); `budget_s` the seconds from the
     run's start to its deadline; `max_functions` caps every plan (the pool's size).
-    Raises `InstanceError` for unusable inputs and `NoValidPlanError` when no plan is valid.
+    Raises `InputError` for unusable inputs and `NoValidPlanError` when no plan is valid.
     """
     _check(belief, truth, true_noise, noise, budget_s, rng, max_functions)
     if max_functions is not None:

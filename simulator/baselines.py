@@ -31,15 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lambdadnn.models import performance
-from lambdadnn.models.noise import NoiseModel, planning_noise
-from lambdadnn.simulator.adaptive import AdaptiveRun
-from lambdadnn.simulator.engine import TrialRun
-from lambdadnn.simulator.ldnn_alg1 import PUBLISHED_MAX_MB, n_upper
-from lambdadnn.simulator.ldnn_alg1 import ldnn_alg1 as published_alg1
-from lambdadnn.simulator.replan import Replanner
-from lambdadnn.solver.instance import Instance, MemoryGrid
-from lambdadnn.solver.pipeline import evaluate
+from ..models import performance
+from ..models.noise import NoiseModel, planning_noise
+from ..solver.instance import Instance, MemoryGrid
+from ..solver.pipeline import evaluate
+from .adaptive import AdaptiveRun
+from .engine import TrialRun
+from .ldnn_alg1 import PUBLISHED_MAX_MB, n_upper
+from .ldnn_alg1 import ldnn_alg1 as published_alg1
+from .replan import Replanner
 
 # A job run under a controller that re-plans it (`simulator.adaptive.run_adaptive`): (true
 # instance, true noise, seconds to the deadline, rng, most functions) → what the run did.
@@ -95,7 +95,7 @@ def memory_range(instance: Instance) -> tuple[int, int] | None:
 
     R and B_f^s never decrease with m, so the valid sizes are one interval; None if empty.
     """
-    values = performance.parameter_values(instance.parameters())
+    values = instance.values()
     return _memory_range(instance.platform.memory, instance.min_memory_mb, values)
 
 

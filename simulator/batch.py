@@ -47,11 +47,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.baselines import NO_PLAN, StrategyPlan
-from lambdadnn.simulator.defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE
-from lambdadnn.simulator.engine import UntrainablePlan, simulate_job
-from lambdadnn.simulator.pool import (
+from ..inputs.errors import InputError
+from ..inputs.numbers import integer, number
+from ..models.noise import NoiseModel
+from ..solver.capacity import Capacity
+from ..solver.errors import NoValidPlanError
+from ..solver.instance import MAX_CONCURRENCY, MAX_INTEGER, MAX_SECONDS
+from ..solver.many import fitting_slot, solve_many
+from ..solver.pipeline import evaluate
+from ..solver.schedule import Schedule, Submission
+from ..solver.trace_file import Job
+from .baselines import NO_PLAN, StrategyPlan
+from .defaults import DEFAULT_GUARANTEE, DEFAULT_POOL_SIZE
+from .engine import UntrainablePlan, simulate_job
+from .pool import (
     LATE_BUDGET_S,
     RUN_STREAM,
     JobOutcome,
@@ -59,20 +68,8 @@ from lambdadnn.simulator.pool import (
     job_rng,
     untrainable,
 )
-from lambdadnn.simulator.trace import Job, check_seed
-from lambdadnn.simulator.truth import Truth
-from lambdadnn.solver.capacity import Capacity
-from lambdadnn.solver.errors import NoValidPlanError
-from lambdadnn.solver.instance import (
-    MAX_CONCURRENCY,
-    MAX_INTEGER,
-    MAX_SECONDS,
-    positive_integer,
-    positive_number,
-)
-from lambdadnn.solver.many import fitting_slot, solve_many
-from lambdadnn.solver.pipeline import evaluate
-from lambdadnn.solver.schedule import Schedule, Submission
+from .trace import check_seed
+from .truth import Truth
 
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_BATCH_SLOT_S = 30.0
@@ -163,12 +160,12 @@ def run_batch(
     under `truth` (default: the belief). `progress(done, total)` is called as each job starts
     (or is found to have no plan), `on_epoch(t, schedule)` after each epoch's solve.
     """
-    size = positive_integer("pool_size", pool_size, MAX_INTEGER)
+    size = integer("pool_size", pool_size, error=InputError, maximum=MAX_INTEGER)
     # Planned as `solve_many`'s largest limit beyond it: more functions than any plan can use.
     limit = min(size, MAX_CONCURRENCY)
-    window = positive_number("window_s", window_s, MAX_SECONDS)
-    slot = positive_number("slot_s", slot_s, MAX_SECONDS)
-    seconds = positive_number("time_limit_s", time_limit_s, MAX_SECONDS)
+    window = number("window_s", window_s, error=InputError, maximum=MAX_SECONDS)
+    slot = number("slot_s", slot_s, error=InputError, maximum=MAX_SECONDS)
+    seconds = number("time_limit_s", time_limit_s, error=InputError, maximum=MAX_SECONDS)
     seed = check_seed(seed)
     truth = Truth() if truth is None else truth
     true_noise = truth.noise(noise)

@@ -9,32 +9,27 @@ come from the plans alone.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.batch import run_batch
-from lambdadnn.simulator.defaults import (
+from ..inputs.errors import InputError
+from ..models.noise import NoiseModel
+from ..solver.trace_file import Job
+from .batch import run_batch
+from .defaults import (
     BATCH_NAME,
     DEFAULT_GUARANTEE,
     HINDSIGHT_NAME,
     WORLD_ONLY_NAMES,
 )
-from lambdadnn.simulator.hindsight import hindsight
-from lambdadnn.simulator.pool import JobOutcome, json_ready, run_trace
-from lambdadnn.simulator.strategies import check_names, strategy
-from lambdadnn.simulator.trace import Job
-from lambdadnn.simulator.truth import Truth
-from lambdadnn.simulator.world import World
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
+from .hindsight import hindsight
+from .pool import JobOutcome, json_ready, run_trace
+from .strategies import check_names, strategy
+from .truth import Truth
+from .world import World
 
 Progress = Callable[[int, int], None]
 
@@ -179,19 +174,19 @@ def compare(
 
 
 def check_engine(names: Sequence[str], *, truth: Truth | None, world: World | None) -> None:
-    """`InstanceError` (one line, with the fix) unless every strategy named runs in the
+    """`InputError` (one line, with the fix) unless every strategy named runs in the
     engine chosen: the model-family engine (`truth`) or the independent world (`world`)."""
     check_names(names)
     if world is None:
         alone = [name for name in names if name in WORLD_ONLY_NAMES]
         if alone:
-            raise InstanceError(
+            raise InputError(
                 f"`--strategies` names {alone[0]!r}, which runs in the independent world only; "
                 "add `--truth-file` with a world (e.g. instances/worlds/nominal.yaml)"
             )
         return
     if truth is not None and truth.changed():
-        raise InstanceError(
+        raise InputError(
             "`--truth` and `--truth-file` both set the truth; give the world's effects in the "
             "file alone"
         )
@@ -199,7 +194,7 @@ def check_engine(names: Sequence[str], *, truth: Truth | None, world: World | No
                       ("clairvoyant", "is told the truth's model parameters, which a world has "
                        "not; `hindsight` is the world's reference")):
         if name in names:
-            raise InstanceError(
+            raise InputError(
                 f"`--strategies` names {name!r}, which {why}; drop it with `--truth-file`"
             )
 
@@ -213,78 +208,3 @@ def wilson(successes: int, trials: int) -> tuple[float, float]:
 
     found = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
     return (max(0.0, float(found.low)), min(1.0, float(found.high)))
-
-
-def _cdf_plot(
-    series: Mapping[str, Sequence[float]], path: Path, *, xlabel: str, title: str,
-    deadline_line: bool = False,
-) -> Path:
-    """One step CDF per strategy on a log x-axis, saved as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for name, values in series.items():
-        ordered = np.sort(np.asarray(values, dtype=np.float64))
-        share = np.arange(1, len(ordered) + 1) / max(1, len(ordered))
-        axes.step(ordered, share, where="post", label=name)
-    if deadline_line:
-        axes.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    axes.set(xscale="log", xlabel=xlabel, ylabel="share of jobs", title=title)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    return save_figure(figure, path)
-
-
-def save_figure(figure: Any, path: Path) -> Path:
-    """Write a matplotlib figure as `path` and close it; a write that fails is one line."""
-    import matplotlib.pyplot as plt
-
-    figure.tight_layout()
-    try:
-        figure.savefig(path)
-    except OSError as error:  # a full disk, a folder made read-only meanwhile
-        raise InstanceError(
-            f"`--plot-dir`: cannot write {brief(str(path), 80)} "
-            f"({error.strerror or 'I/O error'}); free space or choose another folder"
-        ) from None
-    finally:
-        plt.close(figure)
-    return path
-
-
-def plot_folder(folder: Path) -> Path:
-    """`folder`, created if need be and writable, or `InstanceError` in one line: checked
-    before a comparison runs, so a bad `--plot-dir` never costs the whole simulation."""
-    shown = brief(str(folder), 80)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise InstanceError(f"`--plot-dir` {shown} is a file; give a folder") from None
-    except (OSError, ValueError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else "unusable"
-        raise InstanceError(
-            f"`--plot-dir` {shown} cannot be created ({reason}); give a folder you can write to"
-        ) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InstanceError(f"`--plot-dir` {shown} is not writable; give a folder you can write to")
-    return folder
-
-
-def plot(results: Mapping[str, Sequence[JobOutcome]], folder: Path) -> list[Path]:
-    """Two PNGs: the CDF of cost per job, and (completion − submission) ÷ deadline per job."""
-    plot_folder(folder)
-    costs = {name: [o.cost_usd + o.exploration_cost_usd for o in outcomes]
-             for name, outcomes in results.items()}
-    lateness = {name: [(o.end_time_s - o.submit_time_s) / o.deadline_s
-                       for o in outcomes if o.status == "ok"]
-                for name, outcomes in results.items()}
-    return [
-        _cdf_plot(costs, folder / "cost_cdf.png", title="CDF of cost per job",
-                  xlabel="cost per job (USD, exploration included)"),
-        _cdf_plot(lateness, folder / "time_vs_deadline.png", deadline_line=True,
-                  title="Simulated time against the deadline",
-                  xlabel="(completion − submission) ÷ deadline (right of the line: missed)"),
-    ]

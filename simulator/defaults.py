@@ -21,7 +21,6 @@ STRATEGY_NAMES = (
 )
 DEFAULT_GUARANTEE = 0.999  # the planning quantile of every strategy that plans for one
 DEFAULT_POOL_SIZE = 50_000  # λDNN's simulation (paper, Sec. 6)
-MAX_JOBS = 100_000  # per trace, read or generated: ten times the paper's 10,000-job traces
 ARRIVALS = ("poisson", "bursty", "diurnal")  # `generate_trace(arrival=...)`
 MIXES = ("paper", "heavy")  # `generate_trace(mix=...)`
 # What `compare` runs when no strategy is named: everything the engine chosen runs.

@@ -70,17 +70,18 @@ iterations of a round; Python loops only over rounds and failures.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
 
-from lambdadnn.models.noise import NoiseModel, draw_factors
-from lambdadnn.models.performance import BATCH_SLACK, Array, figures, parameter_values
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import MAX_INTEGER, Instance
+from ..inputs.errors import InputError, InstanceError, PlanError
+from ..inputs.files import brief
+from ..inputs.numbers import integer
+from ..models import prices
+from ..models.noise import NoiseModel, draw_factors
+from ..models.performance import BATCH_SLACK, Array, figures
+from ..solver.instance import MAX_INTEGER, Instance
 
 _FIGURES = ("iterations", "local_batch", "t_load", "t_comp_total", "t_comm_total")
 # Iterations are drawn a segment at a time: enough to reach the timeout or the next crash plus
@@ -209,15 +210,12 @@ class PlanRun:
         self, instance: Instance, functions: int, memory_mb: int, noise: NoiseModel,
         rng: np.random.Generator,
     ) -> None:
-        for name, value in (("functions", functions), ("memory_mb", memory_mb)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not (
-                1 <= value <= MAX_INTEGER
-            ):
-                raise InstanceError(
-                    f"`{name}` must be an integer in 1..{MAX_INTEGER:,}, got {brief(value)}"
-                )
-        functions, memory_mb = int(functions), int(memory_mb)
-        values = parameter_values(instance.parameters())
+        functions, memory_mb = (
+            integer(name, value, error=PlanError, maximum=MAX_INTEGER, floats=False,
+                    need=f"an integer in 1..{MAX_INTEGER:,}")
+            for name, value in (("functions", functions), ("memory_mb", memory_mb))
+        )
+        values = instance.values()
         f = {name: float(v) for name, v in figures(values, functions, memory_mb, _FIGURES).items()}
         k = f["iterations"]
         self.t_comp = f["t_comp_total"] / k
@@ -250,7 +248,7 @@ class PlanRun:
         self.restart_s = platform.restart_overhead_s
         self.price_gb_s = platform.price_per_gb_second
         self.price_request = platform.price_per_request
-        self.price_ps_s = ps.price_per_hour / 3600
+        self.price_ps_h = ps.price_per_hour
         self.noise = noise
         self.rng = rng
         self.failure_rate = functions * noise.failure_rate_per_hour / 3600
@@ -414,10 +412,10 @@ class PlanRun:
     def bill(self, time_s: float, invocations: int) -> tuple[float, float]:
         """GB-seconds and dollars of `time_s` on all n functions, as the module docstring says."""
         gb_seconds = self.n * self.memory_mb / 1024 * time_s
-        cost = (
-            gb_seconds * self.price_gb_s + self.price_ps_s * time_s
-            + invocations * self.price_request
-        )
+        cost = prices.bill(time_s, self.n, self.memory_mb, requests=invocations,
+                           price_per_gb_second=self.price_gb_s,
+                           price_per_request=self.price_request,
+                           ps_price_per_hour=self.price_ps_h)
         return gb_seconds, cost
 
     def trial(self, iterations: int, max_s: float) -> TrialRun:
@@ -470,13 +468,8 @@ def simulate_trial(
     """A profiling trial of the plan, as a tuner runs one: `iterations` iterations, stopped
     after `max_s` seconds from the moment its functions are up (the tuner's limit), with what
     it completed by then. A trial that completed no iteration measured nothing."""
-    if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral) or not (
-        1 <= iterations <= MAX_TRIAL_ITERATIONS
-    ):
-        raise InstanceError(
-            f"`iterations` must be an integer in 1..{MAX_TRIAL_ITERATIONS:,}, "
-            f"got {brief(iterations)}"
-        )
+    count = integer("iterations", iterations, error=InputError, maximum=MAX_TRIAL_ITERATIONS,
+                    floats=False, need=f"an integer in 1..{MAX_TRIAL_ITERATIONS:,}")
     if not max_s > 0:
-        raise InstanceError(f"`max_s` must be a positive number, got {brief(max_s)}")
-    return PlanRun(instance, functions, memory_mb, noise, rng).trial(int(iterations), max_s)
+        raise InputError(f"`max_s` must be a positive number, got {brief(max_s)}")
+    return PlanRun(instance, functions, memory_mb, noise, rng).trial(count, max_s)

@@ -25,12 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence, Set
 
-from lambdadnn.simulator.baselines import StrategyPlan
-from lambdadnn.simulator.pool import JobOutcome, job_outcome
-from lambdadnn.simulator.trace import Job
-from lambdadnn.simulator.world import World, WorldRun
-from lambdadnn.simulator.worlds import WorldRunner, memory_choices
-from lambdadnn.solver.instance import Instance
+from ..solver.instance import Instance
+from ..solver.trace_file import Job
+from .baselines import StrategyPlan
+from .pool import JobOutcome, job_outcome
+from .world import World, WorldRun
+from .worlds import WorldRunner, memory_choices
 
 __all__ = ["FUNCTION_LADDER", "candidates", "hindsight"]
 

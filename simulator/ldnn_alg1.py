@@ -67,8 +67,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from lambdadnn.models.performance import NoiseTerms, deadline_figure, evaluate
-from lambdadnn.solver.instance import Instance
+from ..models.performance import NoiseTerms, deadline_figure, evaluate
+from ..solver.instance import Instance
 
 PUBLISHED_MIN_MB = 128
 PUBLISHED_MAX_MB = 3008

@@ -1,4 +1,4 @@
-"""Convert the job log of Microsoft's public Philly trace into a trace CSV (`simulator.trace`).
+"""Convert the job log of Microsoft's public Philly trace into a trace CSV (`solver.trace_file`).
 
 The log is ``cluster_job_log`` of github.com/msr-fiddle/philly-traces (ATC'19, "Analysis of
 Large-Scale Multi-Tenant GPU Clusters for DNN Training Workloads"): one JSON list of jobs, each
@@ -32,16 +32,15 @@ Each kept job becomes one row ``submit_time_s,instance,epochs,deadline_s``:
   did on Philly, with `slack` (default 1.5) to spare.
 
 Malformed input (not JSON, not a list, a job that is not an object, a field missing or of the
-wrong type, an unparsable time, an unknown status) is one `InstanceError` naming the file, the
+wrong type, an unparsable time, an unknown status) is one `TraceError` naming the file, the
 job's index in the list (from 0) and the field. The log is read whole (`MAX_JOBLOG_BYTES`);
-at most `MAX_JOBS` jobs are converted (`limit` takes the earliest ones).
+at most `MAX_TRACE_JOBS` jobs are converted (`limit` takes the earliest ones).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import numbers
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,11 +48,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from lambdadnn.simulator.defaults import MAX_JOBS
-from lambdadnn.simulator.trace import Job, Loader
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief, read_text
-from lambdadnn.solver.instance import MAX_INTEGER
+from ..inputs.errors import InputError, InstanceError, TraceError
+from ..inputs.files import MAX_TRACE_JOBS, brief, read_text
+from ..inputs.numbers import finite, whole
+from ..solver.instance import MAX_INTEGER
+from ..solver.trace_file import Job, Loader
 
 STATUSES = ("Pass", "Killed", "Failed")  # a job's `status`, as published
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -107,8 +106,8 @@ class _Where:
     def __init__(self, path: Path) -> None:
         self.file = brief(str(path), 80)
 
-    def error(self, index: int, field: str, problem: str) -> InstanceError:
-        return InstanceError(
+    def error(self, index: int, field: str, problem: str) -> TraceError:
+        return TraceError(
             f"Philly job log {self.file}, job {index}, field `{field}`: {problem}; the log must "
             "be cluster_job_log as github.com/msr-fiddle/philly-traces publishes it"
         )
@@ -186,11 +185,10 @@ def _run(job: object, index: int, statuses: Sequence[str], where: _Where) -> _Ru
 
 
 def _positive(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-        math.isfinite(value) and float(value) > 0
-    ):
-        raise InstanceError(f"{what} must be a finite positive number, got {brief(value)}")
-    return float(value)
+    checked = finite(value)
+    if checked is None or checked <= 0:
+        raise InputError(f"{what} must be a finite positive number, got {brief(value)}")
+    return checked
 
 
 def parse_workload_map(items: Sequence[str]) -> dict[str, float]:
@@ -203,7 +201,7 @@ def parse_workload_map(items: Sequence[str]) -> dict[str, float]:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or value <= 0:
-            raise InstanceError(
+            raise InputError(
                 f"`--workload-map` must be NAME=GPU_HOURS with a positive number, got {brief(item)}"
             )
         parsed[name.strip()] = value
@@ -214,27 +212,24 @@ def _check(
     workload_map: Mapping[str, float], slack: float, statuses: Sequence[str], limit: int | None,
 ) -> None:
     if not isinstance(workload_map, Mapping) or not workload_map:
-        raise InstanceError(f"`workload_map` (--workload-map) must map instances to reference "
+        raise InputError(f"`workload_map` (--workload-map) must map instances to reference "
                             f"GPU-hours, got {brief(workload_map)}")
     references = [_positive(hours, f"`workload_map` (--workload-map) for {brief(name)}")
                   for name, hours in workload_map.items()]
     for hours in references:
         if references.count(hours) > 1:
-            raise InstanceError(f"`workload_map` (--workload-map) must give each workload its "
+            raise InputError(f"`workload_map` (--workload-map) must give each workload its "
                                 f"own reference GPU-hours, got {hours:g} twice")
     _positive(slack, "`slack` (--slack)")
     if isinstance(statuses, str) or not isinstance(statuses, Sequence) or not statuses:
-        raise InstanceError(f"`statuses` (--keep) must list some of {', '.join(STATUSES)}, got "
+        raise InputError(f"`statuses` (--keep) must list some of {', '.join(STATUSES)}, got "
                             f"{brief(statuses)}")
     for status in statuses:
         if status not in STATUSES:
-            raise InstanceError(f"`statuses` (--keep) must list some of {', '.join(STATUSES)}, "
+            raise InputError(f"`statuses` (--keep) must list some of {', '.join(STATUSES)}, "
                                 f"got {brief(status)}")
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, numbers.Integral)
-        or not 1 <= limit <= MAX_JOBS
-    ):
-        raise InstanceError(f"`limit` (--limit) must be an integer in 1..{MAX_JOBS:,}, got "
+    if limit is not None and whole(limit, floats=False) not in range(1, MAX_TRACE_JOBS + 1):
+        raise InputError(f"`limit` (--limit) must be an integer in 1..{MAX_TRACE_JOBS:,}, got "
                             f"{brief(limit)}")
 
 
@@ -258,16 +253,17 @@ def convert_job_log(
         workloads.append((name, epochs, float(hours) * 3600))
     source = Path(path)
     where = _Where(source)
-    text = read_text(source, what="a Philly cluster_job_log (JSON)", max_bytes=MAX_JOBLOG_BYTES)
+    text = read_text(source, what="a Philly cluster_job_log (JSON)", error=TraceError,
+                     max_bytes=MAX_JOBLOG_BYTES)
     try:
         log = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InstanceError(f"Philly job log {where.file}: not valid JSON (line {error.lineno}, "
+        raise TraceError(f"Philly job log {where.file}: not valid JSON (line {error.lineno}, "
                             f"column {error.colno}: {error.msg})") from None
     except RecursionError:
-        raise InstanceError(f"Philly job log {where.file}: JSON nested too deeply") from None
+        raise TraceError(f"Philly job log {where.file}: JSON nested too deeply") from None
     if not isinstance(log, list):
-        raise InstanceError(f"Philly job log {where.file}: must be a JSON list of jobs, got "
+        raise TraceError(f"Philly job log {where.file}: must be a JSON list of jobs, got "
                             f"{type(log).__name__}")
     runs: list[_Run] = []
     skipped: Counter[str] = Counter()
@@ -277,9 +273,9 @@ def convert_job_log(
         except _Skip as skip:
             skipped[skip.reason] += 1
     runs.sort(key=lambda run: (run.submitted, run.index))
-    if limit is None and len(runs) > MAX_JOBS:
-        raise InstanceError(f"Philly job log {where.file}: {len(runs):,} jobs to convert, more "
-                            f"than {MAX_JOBS:,}; pass `limit` (--limit) to take the earliest")
+    if limit is None and len(runs) > MAX_TRACE_JOBS:
+        raise TraceError(f"Philly job log {where.file}: {len(runs):,} jobs to convert, more "
+                            f"than {MAX_TRACE_JOBS:,}; pass `limit` (--limit) to take the earliest")
     if limit is not None and len(runs) > limit:
         skipped["beyond limit"] = len(runs) - limit
         runs = runs[:limit]

@@ -21,32 +21,32 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.adaptive import AdaptiveRun
-from lambdadnn.simulator.baselines import NO_PLAN, Measure, Strategy, StrategyPlan
-from lambdadnn.simulator.defaults import DEFAULT_POOL_SIZE
-from lambdadnn.simulator.engine import (
+from ..inputs.errors import InputError
+from ..inputs.numbers import integer
+from ..models.noise import NoiseModel
+from ..solver.capacity import Capacity
+from ..solver.instance import Instance
+from ..solver.trace_file import Job
+from .adaptive import AdaptiveRun
+from .baselines import NO_PLAN, Measure, Strategy, StrategyPlan
+from .defaults import DEFAULT_POOL_SIZE
+from .engine import (
     JobRun,
     TrialRun,
     UntrainablePlan,
     simulate_job,
     simulate_trial,
 )
-from lambdadnn.simulator.trace import Job, check_seed
-from lambdadnn.simulator.truth import Truth
-from lambdadnn.simulator.world import World, WorldRun
-from lambdadnn.simulator.worlds import WorldRunner
-from lambdadnn.solver.capacity import Capacity
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import Instance
+from .trace import check_seed
+from .truth import Truth
+from .world import World, WorldRun
+from .worlds import WorldRunner
 
 _PLAN_STREAM, RUN_STREAM = 0, 1
 LATE_BUDGET_S = 1e-3  # the time budget of an adaptive job that waited past its deadline
@@ -166,17 +166,14 @@ def run_trace(
     after the last. `progress(done, total)` is called after each job. Events are kept in a
     heap of running jobs' end times: O(jobs · log jobs) on top of the planning and simulation.
     """
-    if isinstance(pool_size, bool) or not isinstance(pool_size, numbers.Integral) or (
-        pool_size < 1
-    ):
-        raise InstanceError(f"`pool_size` must be a positive integer, got {brief(pool_size)}")
+    pool = integer("pool_size", pool_size, error=InputError, floats=False)
     seed = check_seed(seed)
     truth = Truth() if truth is None else truth
     true_noise = truth.noise(noise)
     runner = None if world is None else WorldRunner(world, seed)
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_time_s, i))
     outcomes: dict[int, JobOutcome] = {}
-    capacity = Capacity(int(pool_size))
+    capacity = Capacity(pool)
     first_start = 0.0  # FIFO: no job begins before one submitted earlier
     for done, index in enumerate(order, start=1):
         job = jobs[index]
@@ -192,7 +189,7 @@ def run_trace(
             _report(progress, done, len(jobs))
             continue
         held = [functions for functions, _ in plan.trials] + [plan.functions]
-        if not plan.found or max(held) > pool_size:
+        if not plan.found or max(held) > pool:
             outcomes[index] = _no_plan(index, job, plan)
         else:
             # The trial stages run one after another, each once its functions are free, then
@@ -204,7 +201,7 @@ def run_trace(
                 start += seconds
             try:
                 ran = _run(index, job, plan, true_instance, true_noise, runner, capacity, start,
-                           seed=seed, pool_size=int(pool_size))
+                           seed=seed, pool_size=pool)
             except UntrainablePlan:
                 outcomes[index] = untrainable(index, job, plan)
                 _report(progress, done, len(jobs))

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from lambdadnn.simulator.world import JobSpec, Segment, Session, World, WorldRun
+from .world import JobSpec, Segment, Session, World, WorldRun
 
 __all__ = ["ReplannedRun", "Replanner", "Situation", "Step", "run_replanned"]
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.adaptive import capped
-from lambdadnn.simulator.replan import Situation, Step
-from lambdadnn.solver.adaptive import Controller, Decision, Observation
-from lambdadnn.solver.errors import NoValidPlanError
-from lambdadnn.solver.instance import Instance
+from ..models.noise import NoiseModel
+from ..solver.adaptive import Controller, Decision, Observation
+from ..solver.errors import NoValidPlanError
+from ..solver.instance import Instance
+from .adaptive import capped
+from .replan import Situation, Step
 
 __all__ = ["ControllerReplanner", "ScaleOutReplanner"]
 

@@ -71,11 +71,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.simulator.replan import Situation, Step
-from lambdadnn.simulator.trace import Job, Loader, generate_trace
-from lambdadnn.simulator.world import JobSpec, Session, World, WorldRun
-from lambdadnn.simulator.worlds import WorldRunner, job_spec, memory_choices
-from lambdadnn.solver.errors import InstanceError
+from ..inputs.errors import InputError
+from ..solver.trace_file import Job, Loader
+from .replan import Situation, Step
+from .trace import generate_trace
+from .world import JobSpec, Session, World, WorldRun
+from .worlds import WorldRunner, job_spec, memory_choices
 
 if TYPE_CHECKING:
     import gymnasium
@@ -231,7 +232,7 @@ class TrainingDraws:
 
     def __init__(self, seed: int = TRAIN_SEED_FLOOR, jobs: int = 500) -> None:
         if seed < TRAIN_SEED_FLOOR:
-            raise InstanceError(
+            raise InputError(
                 f"`seed` {seed} is below {TRAIN_SEED_FLOOR:,}, where evaluation draws; "
                 f"train on seeds ≥ {TRAIN_SEED_FLOOR:,}"
             )
@@ -255,7 +256,7 @@ def held_out(jobs: Sequence[Job], worlds: Sequence[World], seed: int) -> list[Ep
     """Evaluation's episodes: every job of `jobs` in every world of `worlds`, keyed as
     `WorldRunner` keys a comparison's runs; `seed` must be below `TRAIN_SEED_FLOOR`."""
     if seed >= TRAIN_SEED_FLOOR:
-        raise InstanceError(
+        raise InputError(
             f"`seed` {seed} is at or above {TRAIN_SEED_FLOOR:,}, where training draws; "
             f"evaluate on seeds below {TRAIN_SEED_FLOOR:,}"
         )
@@ -363,18 +364,18 @@ def _policy(path: Path) -> PPO:
     try:
         from stable_baselines3 import PPO
     except ImportError:
-        raise InstanceError(
+        raise InputError(
             "strategy `siren` needs stable-baselines3 and gymnasium; install them with "
             "`pip install stable-baselines3==2.9.2 gymnasium==1.4.0`"
         ) from None
     if not path.is_file():
-        raise InstanceError(
+        raise InputError(
             f"strategy `siren` has no trained policy at {path}; train it with `{TRAIN_COMMAND}`"
         )
     try:
         return PPO.load(path, device="cpu")
     except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise InstanceError(
+        raise InputError(
             f"strategy `siren`'s policy {path} does not load ({type(error).__name__}); "
             f"train it again with `{TRAIN_COMMAND}`"
         ) from None
@@ -388,7 +389,7 @@ class SirenReplanner:
 
     @staticmethod
     def check(path: Path = POLICY_PATH) -> None:
-        """`InstanceError` (one line, naming the fix) unless the policy at `path` loads."""
+        """`InputError` (one line, naming the fix) unless the policy at `path` loads."""
         _policy(path)
 
     def first(self, situation: Situation) -> Step | None:

@@ -20,9 +20,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.adaptive import AdaptiveRun, run_adaptive
-from lambdadnn.simulator.baselines import (
+from ..inputs.errors import InputError
+from ..inputs.files import brief
+from ..models.noise import NoiseModel
+from ..solver.errors import NoValidPlanError
+from ..solver.instance import Instance
+from ..solver.pipeline import solve
+from .adaptive import AdaptiveRun, run_adaptive
+from .baselines import (
     Measure,
     Strategy,
     StrategyPlan,
@@ -30,20 +35,16 @@ from lambdadnn.simulator.baselines import (
     ldnn_alg1_q,
     naive,
 )
-from lambdadnn.simulator.defaults import (
+from .defaults import (
     BATCH_NAME,
     DEFAULT_GUARANTEE,
     HINDSIGHT_NAME,
     STRATEGY_NAMES,
 )
-from lambdadnn.simulator.replan import Replanner
-from lambdadnn.simulator.replanners import ControllerReplanner, ScaleOutReplanner
-from lambdadnn.simulator.truth import Truth
-from lambdadnn.simulator.tuners import PowerTuning, SampleSearch
-from lambdadnn.solver.errors import InstanceError, NoValidPlanError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import Instance
-from lambdadnn.solver.pipeline import solve
+from .replan import Replanner
+from .replanners import ControllerReplanner, ScaleOutReplanner
+from .truth import Truth
+from .tuners import PowerTuning, SampleSearch
 
 
 def lambdadnn_strategy(
@@ -121,7 +122,7 @@ def scale_out_strategy(guarantee: float | None = DEFAULT_GUARANTEE) -> Strategy:
 def siren_strategy() -> Strategy:
     """The Siren-like deep-RL allocator (`simulator.siren`): it picks every epoch's plan,
     the first included, from what the run measured; the independent world only."""
-    from lambdadnn.simulator.siren import SirenReplanner
+    from .siren import SirenReplanner
 
     SirenReplanner.check()  # a missing policy is one line before any job runs
 
@@ -135,17 +136,17 @@ def siren_strategy() -> Strategy:
 
 
 def check_names(names: Sequence[str], *, field: str = "strategies") -> None:
-    """`InstanceError` unless `names` are one or more distinct strategies of `STRATEGY_NAMES`;
+    """`InputError` unless `names` are one or more distinct strategies of `STRATEGY_NAMES`;
     `field` is what the message calls them (the CLI's `--strategies`)."""
     unknown = [name for name in names if name not in STRATEGY_NAMES]
     if unknown or not names:
         shown = brief(unknown[0]) if unknown else "none"
-        raise InstanceError(
+        raise InputError(
             f"`{field}` names {shown}, not a strategy; choose from {', '.join(STRATEGY_NAMES)}"
         )
     twice = [name for index, name in enumerate(names) if name in names[:index]]
     if twice:
-        raise InstanceError(f"`{field}` names {twice[0]!r} twice; name each strategy once")
+        raise InputError(f"`{field}` names {twice[0]!r} twice; name each strategy once")
 
 
 def strategy(
@@ -158,7 +159,7 @@ def strategy(
     """
     check_names([name], field="name")
     if name in (BATCH_NAME, HINDSIGHT_NAME):
-        raise InstanceError(
+        raise InputError(
             f"`name` {name!r} is no per-job planner (it plans the waiting jobs together, or "
             "judges the others in hindsight); run it with `simulator.compare.compare`"
         )

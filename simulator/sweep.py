@@ -24,8 +24,8 @@ Wilson interval takes the jobs as independent trials, which they are only nearly
 start depends on the jobs before it when the pool is busy), so it can be too narrow under
 contention, where the t interval over seeds is the one to read.
 
-Dask is imported only when a sweep runs on it (`pip install 'lambdadnn[sweep]'`), matplotlib
-only when figures are drawn.
+Dask is imported only when a sweep runs on it (`pip install 'lambdadnn[sweep]'`); the figures
+are `lambdadnn.plot.plot_sweep`'s, drawn from the aggregates.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import FrameType
@@ -48,21 +48,22 @@ from typing import TYPE_CHECKING, Any
 
 from scipy import stats
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.simulator.compare import check_engine, compare, plot_folder, save_figure, wilson
-from lambdadnn.simulator.defaults import (
+from ..inputs.errors import InputError, WorldFileError
+from ..inputs.files import MAX_TRACE_JOBS, brief
+from ..inputs.numbers import integer, number, probability
+from ..models.noise import NoiseModel
+from ..solver.trace_file import Job
+from .compare import check_engine, compare, wilson
+from .defaults import (
     DEFAULT_GUARANTEE,
     DEFAULT_POOL_SIZE,
     HINDSIGHT_NAME,
-    MAX_JOBS,
 )
-from lambdadnn.simulator.strategies import check_names
-from lambdadnn.simulator.trace import DEFAULT_RATE_PER_S, Job, check_seed, generate_trace
-from lambdadnn.simulator.truth import Truth
-from lambdadnn.simulator.world import World
-from lambdadnn.simulator.worlds import load_world
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
+from .strategies import check_names
+from .trace import DEFAULT_RATE_PER_S, check_seed, generate_trace
+from .truth import Truth
+from .world import World
+from .worlds import load_world
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -95,7 +96,7 @@ def named_worlds(paths: Sequence[str | Path]) -> list[NamedWorld]:
         world = load_world(path)
         named = NamedWorld(world.name or str(path), world)
         if any(known.name == named.name for known in worlds):
-            raise InstanceError(
+            raise WorldFileError(
                 f"`--truth-file` names the world {brief(named.name)} twice; give each world "
                 "once (or give two worlds different `name`s)"
             )
@@ -136,20 +137,11 @@ class Setup:
 
     def __post_init__(self) -> None:
         """Checked here, before a cluster starts, rather than in every worker."""
-        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or not (
-            1 <= self.jobs <= MAX_JOBS
-        ):
-            raise InstanceError(f"`jobs` must be an integer in 1..{MAX_JOBS:,}, got "
-                                f"{brief(self.jobs)}")
-        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int) or (
-            self.pool_size < 1
-        ):
-            raise InstanceError(f"`pool` must be a positive integer, got {brief(self.pool_size)}")
-        if isinstance(self.guarantee, bool) or not isinstance(self.guarantee, (int, float)) or (
-            not 0 < self.guarantee < 1
-        ):
-            raise InstanceError(f"`guarantee` must be a probability in (0, 1), got "
-                                f"{brief(self.guarantee)}")
+        integer("jobs", self.jobs, error=InputError, maximum=MAX_TRACE_JOBS, floats=False,
+                need=f"an integer in 1..{MAX_TRACE_JOBS:,}")
+        integer("pool", self.pool_size, error=InputError, floats=False)
+        probability("guarantee", self.guarantee, error=InputError,
+                    need="a probability in (0, 1)")
         generate_trace(0, seed=0, arrival=self.arrival, mix=self.mix)  # checks both names
 
 
@@ -191,7 +183,7 @@ def grid(
     strategies: Sequence[str], seeds: Sequence[int], truths: Sequence[Truth | NamedWorld],
     rates: Sequence[float],
 ) -> list[Cell]:
-    """Every combination, validated up front (one-line `InstanceError` naming the field):
+    """Every combination, validated up front (one-line `InputError` naming the field):
     a cell per strategy, or with `hindsight` a cell per (truth, rate, seed) running them all."""
     check_names(strategies)
     truths = [truth if isinstance(truth, NamedWorld) else Truth.of(truth) for truth in truths]
@@ -202,16 +194,13 @@ def grid(
             check_engine(strategies, truth=truth, world=None)
     checked = [check_seed(seed) for seed in seeds]
     if not checked or len(set(checked)) != len(checked):
-        raise InstanceError(f"`seeds` must be distinct integers ≥ 0, got {brief(list(seeds))}")
+        raise InputError(f"`seeds` must be distinct integers ≥ 0, got {brief(list(seeds))}")
     if not truths or len(set(truths)) != len(truths):
-        raise InstanceError("`truths` must name at least one truth, each once")
+        raise InputError("`truths` must name at least one truth, each once")
     for rate in rates:
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (
-            math.isfinite(rate) and rate > 0
-        ):
-            raise InstanceError(f"`rates` must be positive numbers (jobs/s), got {brief(rate)}")
+        number("rates", rate, error=InputError, need="positive numbers (jobs/s)")
     if not rates or len(set(rates)) != len(rates):
-        raise InstanceError(f"`rates` must be distinct, at least one, got {brief(list(rates))}")
+        raise InputError(f"`rates` must be distinct, at least one, got {brief(list(rates))}")
     if HINDSIGHT_NAME in strategies:
         return [Cell(tuple(strategies), seed, truth, float(rate))
                 for truth in truths for rate in rates for seed in checked]
@@ -229,7 +218,7 @@ def one_factor_truths(items: Sequence[str], *, field: str = "--truth") -> list[T
     for item in items:
         key, sep, values = item.partition("=")
         if key.strip() in swept:
-            raise InstanceError(f"`{field}` sweeps {brief(key.strip())} twice; give all its "
+            raise InputError(f"`{field}` sweeps {brief(key.strip())} twice; give all its "
                                 "values once, comma-separated")
         swept.append(key.strip())
         for value in values.split(","):
@@ -316,7 +305,7 @@ def _distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise InstanceError(f"a sweep runs on Dask, which is not installed: {INSTALL}") from None
+        raise InputError(f"a sweep runs on Dask, which is not installed: {INSTALL}") from None
     return distributed
 
 
@@ -329,9 +318,9 @@ _NO_SCHEDULER = ("start a Dask scheduler there (`dask scheduler`) or omit --sche
                  "local cluster")
 
 
-def _unreachable(scheduler: str, error: BaseException) -> InstanceError:
+def _unreachable(scheduler: str, error: BaseException) -> InputError:
     reason = " ".join(str(error).split()) or type(error).__name__
-    return InstanceError(f"`--scheduler` {brief(scheduler, 80)}: cannot connect "
+    return InputError(f"`--scheduler` {brief(scheduler, 80)}: cannot connect "
                          f"({brief(reason, 100)}); {_NO_SCHEDULER}")
 
 
@@ -342,7 +331,7 @@ def _check_scheduler(scheduler: str, timeout_s: float) -> None:
     except (OSError, ValueError, TypeError) as error:  # refused, timed out, not an address
         raise _unreachable(scheduler, error) from None
     if kind != "Scheduler":
-        raise InstanceError(
+        raise InputError(
             f"`--scheduler` {brief(scheduler, 80)} answers, but not as a Dask scheduler "
             f"({brief(kind, 60)}); {_NO_SCHEDULER}"
         )
@@ -403,7 +392,7 @@ def _connect(
         client.wait_for_workers(1, timeout=connect_timeout_s)
     except TimeoutError:
         client.close()
-        raise InstanceError(
+        raise InputError(
             f"`--scheduler` {shown} has no workers; start some (`dask worker ADDRESS`)"
         ) from None
     return client, None
@@ -424,13 +413,11 @@ def run_dask(
     then after each cell.
     """
     if workers is not None and scheduler is not None:
-        raise InstanceError("`--workers` sizes the local cluster; drop it with `--scheduler`")
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
-    ):
-        raise InstanceError(f"`--workers` must be a positive integer, got {brief(workers)}")
+        raise InputError("`--workers` sizes the local cluster; drop it with `--scheduler`")
+    if workers is not None:
+        integer("--workers", workers, error=InputError, floats=False)
     if scheduler is not None and (not isinstance(scheduler, str) or not scheduler.strip()):
-        raise InstanceError(f"`--scheduler` must be an address such as tcp://HOST:8786, got "
+        raise InputError(f"`--scheduler` must be an address such as tcp://HOST:8786, got "
                             f"{brief(scheduler)}")
     distributed = _distributed()
     results: list[list[dict[str, Any]] | None] = [None] * len(cells)
@@ -529,125 +516,13 @@ def aggregate(cells: Sequence[Cell], results: Sequence[dict[str, Any]]) -> list[
     return rows
 
 
-def _reference_value(key: str, noise: NoiseModel) -> float | None:
-    """Where the unperturbed truth sits on `key`'s axis: the field's default (a scale), the
-    belief's own figure for a noise key, or None (`saturates_at_mb`: no saturation)."""
-    default = next(f.default for f in fields(Truth) if f.name == key)
-    if isinstance(default, float):
-        return default
-    probe = Truth(**{key: 12.5}).noise(noise)  # the one noise field this key replaces
-    changed = [f.name for f in fields(noise) if getattr(probe, f.name) != getattr(noise, f.name)]
-    return float(getattr(noise, changed[0])) if changed else None
-
-
-def plot(aggregates: Sequence[dict[str, Any]], folder: Path, noise: NoiseModel) -> list[Path]:
-    """Per rate, one PNG per perturbation key: met share and mean cost against the key's
-    value, and one for the worlds: met share and mean cost per world; a line per strategy,
-    error bars the 95% Wilson interval for the share and the t interval over seeds for the
-    cost. When several rates are swept, the met share against the arrival rate under the
-    reference truth."""
-    plot_folder(folder)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(dict.fromkeys(row["strategy"] for row in aggregates))
-    rates = list(dict.fromkeys(row["rate_per_s"] for row in aggregates))
-    keys = list(dict.fromkeys(key for row in aggregates for key in row.get("truth", {})))
-    worlds = list(dict.fromkeys(row["world"] for row in aggregates if "world" in row))
-    written: list[Path] = []
-
-    def bars(rows: list[dict[str, Any]], metric: str) -> tuple[list[float], list[list[float]]]:
-        """Values and error bars: a share pooled over jobs with its Wilson interval, another
-        figure's mean with its t interval (none for one seed)."""
-        values, spread = [], []
-        for row in rows:
-            entry = row[metric]
-            if "wilson_ci95" in entry:
-                value, (low, high) = entry["pooled"], entry["wilson_ci95"]
-            else:
-                value = entry["mean"]
-                low, high = entry["ci95"] or (value, value)
-            values.append(value)
-            spread.append([value - low, high - value])
-        return values, [list(pair) for pair in zip(*spread, strict=True)]
-
-    def save(figure: Any, path: Path) -> None:
-        written.append(save_figure(figure, path))
-
-    def draw(axes: tuple[Any, Any], x: Sequence[Any], rows: list[dict[str, Any]],
-             name: str) -> None:
-        for side, metric in zip(axes, ("deadline_met", "mean_cost_usd"), strict=True):
-            values, errors = bars(rows, metric)
-            side.errorbar(x, values, yerr=errors, marker="o", capsize=3, label=name)
-
-    def finish(axes: tuple[Any, Any], path: Path, figure: Any) -> None:
-        axes[0].set_ylim(-0.02, 1.02)
-        for side in axes:
-            side.grid(alpha=0.3)
-        axes[0].legend(fontsize="small")
-        save(figure, path)
-
-    for rate in rates:
-        suffix = "" if len(rates) == 1 else f"_rate{rate:g}"
-        for key in keys:
-            reference = _reference_value(key, noise)
-            figure, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=120)
-            for name in names:
-                rows = [row for row in aggregates if row["strategy"] == name
-                        and row["rate_per_s"] == rate and "truth" in row
-                        and set(row["truth"]) <= {key}]
-                points = sorted(
-                    ((row["truth"].get(key, reference), row) for row in rows
-                     if key in row["truth"] or reference is not None),
-                    key=lambda pair: pair[0],
-                )
-                draw(axes, [value for value, _ in points], [row for _, row in points], name)
-            where = "" if reference is not None else " (as believed: not shown, no saturation)"
-            axes[0].set(xlabel=f"truth {key}{where}", ylabel="deadlines met (share of jobs)",
-                        title=f"Deadlines met against {key}")
-            axes[1].set(xlabel=f"truth {key}", ylabel="mean cost per job (USD)",
-                        title=f"Cost against {key}")
-            finish(axes, folder / f"truth_{key}{suffix}.png", figure)
-        if worlds:
-            figure, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=120)
-            for name in names:
-                by_world = {row["world"]: row for row in aggregates if row["strategy"] == name
-                            and row["rate_per_s"] == rate and "world" in row}
-                shown = [world for world in worlds if world in by_world]
-                draw(axes, shown, [by_world[world] for world in shown], name)
-            axes[0].set(xlabel="world", ylabel="deadlines met (share of jobs)",
-                        title="Deadlines met per world")
-            axes[1].set(xlabel="world", ylabel="mean cost per job (USD)",
-                        title="Cost per world")
-            finish(axes, folder / f"worlds{suffix}.png", figure)
-    if len(rates) > 1 and any(row.get("truth") == {} for row in aggregates):
-        figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-        for name in names:
-            rows = sorted((row for row in aggregates
-                           if row["strategy"] == name and row.get("truth") == {}),
-                          key=lambda row: row["rate_per_s"])
-            values, errors = bars(rows, "deadline_met")
-            axes.errorbar([row["rate_per_s"] for row in rows], values, yerr=errors, marker="o",
-                          capsize=3, label=name)
-        axes.set_ylim(-0.02, 1.02)
-        axes.set(xscale="log", xlabel="arrival rate (jobs/s)", ylabel="deadlines met",
-                 title="Deadlines met against the arrival rate (truth as believed)")
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize="small")
-        save(figure, folder / "met_vs_rate.png")
-    return written
-
-
 @dataclass(frozen=True)
 class SweepResult:
-    """A finished sweep: every cell's report, the aggregates, the figures, how long it took."""
+    """A finished sweep: every cell's report, the aggregates, how long it took."""
 
     cells: list[dict[str, Any]]
     aggregates: list[dict[str, Any]]
     truths: list[Truth | NamedWorld]
-    plots: list[Path]
     wall_s: float
     workers: int
 
@@ -659,29 +534,22 @@ class SweepResult:
                   if isinstance(truth, NamedWorld)]
         return {
             **({"truths": models} if models else {}), **({"worlds": worlds} if worlds else {}),
-            "aggregates": self.aggregates, "cells": self.cells,
-            "plots": [str(path) for path in self.plots], "wall_s": self.wall_s,
+            "aggregates": self.aggregates, "cells": self.cells, "wall_s": self.wall_s,
             "workers": self.workers,
         }
 
 
 def sweep(
     strategies: Sequence[str], seeds: Sequence[int], truths: Sequence[Truth | NamedWorld],
-    *, setup: Setup, rates: Sequence[float] = (DEFAULT_RATE_PER_S,), plots: Path | None = None,
-    workers: int | None = None, scheduler: str | None = None, progress: Progress | None = None,
+    *, setup: Setup, rates: Sequence[float] = (DEFAULT_RATE_PER_S,), workers: int | None = None,
+    scheduler: str | None = None, progress: Progress | None = None,
 ) -> SweepResult:
-    """Run the grid of cells on Dask (`run_dask`), aggregate it, and draw it into `plots`.
-
-    Everything is checked before a cluster starts, the plot folder included.
-    """
+    """Run the grid of cells on Dask (`run_dask`) and aggregate it; every cell is checked
+    before a cluster starts."""
     cells = grid(strategies, seeds, truths, rates)
-    if plots is not None:
-        plot_folder(plots)
     started = time.perf_counter()
     results, count = run_dask(cells, setup, workers=workers, scheduler=scheduler,
                               progress=progress)
-    aggregates = aggregate(cells, results)
-    written = plot(aggregates, plots, setup.noise) if plots is not None else []
-    return SweepResult(results, aggregates, list(dict.fromkeys(cell.truth for cell in cells)),
-                       written,
+    return SweepResult(results, aggregate(cells, results),
+                       list(dict.fromkeys(cell.truth for cell in cells)),
                        time.perf_counter() - started, count)

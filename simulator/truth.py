@@ -19,16 +19,16 @@ with the configured noise. Each field perturbs one thing the planners cannot see
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import Instance
+from ..inputs.errors import InputError
+from ..inputs.files import brief
+from ..inputs.numbers import number
+from ..models.noise import NoiseModel
+from ..solver.instance import Instance
 
 # Keys whose value must be > 0 (scales and a saturation point); the others may be 0.
 _POSITIVE = ("rate_scale", "bandwidth_scale", "startup_scale", "saturates_at_mb")
@@ -58,18 +58,13 @@ class Truth:
             value = getattr(self, field.name)
             if value is None and field.default is None:
                 continue
-            low = "> 0" if field.name in _POSITIVE else "≥ 0"
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and (value > 0 if low == "> 0" else value >= 0)
-                and value <= _LIMIT
-            ):
-                raise InstanceError(
-                    f"`truth.{field.name}` must be a number {low} and ≤ {_LIMIT:g}, "
-                    f"got {brief(value)}"
-                )
+            positive = field.name in _POSITIVE
+            number(f"truth.{field.name}", value, error=InputError, maximum=_LIMIT,
+                   sign="positive" if positive else "non-negative",
+                   need=f"a number {'> 0' if positive else '≥ 0'} and ≤ {_LIMIT:g}")
             low_scale, high_scale = _SCALE_RANGE
             if field.name in _SCALES and not low_scale <= value <= high_scale:
-                raise InstanceError(
+                raise InputError(
                     f"`truth.{field.name}` must be in [{low_scale:g}, {high_scale:g}] (a world "
                     f"at most a hundred times slower or faster than the belief), got "
                     f"{brief(value)}"
@@ -83,16 +78,16 @@ class Truth:
             key, sep, raw = item.partition("=")
             key = key.strip()
             if not sep or key not in TRUTH_KEYS:
-                raise InstanceError(
+                raise InputError(
                     f"`{field}` takes KEY=VALUE with KEY one of {', '.join(TRUTH_KEYS)}, "
                     f"got {brief(item)}"
                 )
             if key in values:
-                raise InstanceError(f"`{field}` sets {key} twice; set each key once")
+                raise InputError(f"`{field}` sets {key} twice; set each key once")
             try:
                 values[key] = float(raw)
             except ValueError:
-                raise InstanceError(
+                raise InputError(
                     f"`{field}` {key} must be a number, got {brief(raw.strip())}"
                 ) from None
         return cls(**values)
@@ -107,13 +102,13 @@ class Truth:
         if isinstance(value, dict):
             unknown = [key for key in value if key not in TRUTH_KEYS]
             if unknown:
-                raise InstanceError(
+                raise InputError(
                     f"`truth` has no key {brief(unknown[0])}; use {', '.join(TRUTH_KEYS)}"
                 )
             return cls(**value)
         if isinstance(value, (list, tuple)):
             return cls.parse([str(item) for item in value], field="truth")
-        raise InstanceError(
+        raise InputError(
             f"`truth` must be a Truth, a mapping or KEY=VALUE strings, got {brief(value)}"
         )
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from lambdadnn.models import performance
-from lambdadnn.models.noise import NoiseModel, normal_quantile, planning_noise
-from lambdadnn.simulator.baselines import (
+from ..models import performance
+from ..models.noise import NoiseModel, normal_quantile, planning_noise
+from ..models.prices import bill
+from ..solver.instance import Instance
+from .baselines import (
     NO_PLAN,
     Measure,
     StrategyPlan,
@@ -37,8 +39,7 @@ from lambdadnn.simulator.baselines import (
     memory_range,
     snap_memory,
 )
-from lambdadnn.simulator.engine import TrialRun
-from lambdadnn.solver.instance import Instance, Objective
+from .engine import TrialRun
 
 # AWS Lambda Power Tuning's usual sweep: its default powerValues plus today's larger sizes.
 POWER_TUNING_MEMORIES = (128, 256, 512, 1024, 1536, 2048, 3008, 4096, 6144, 8192, 10240)
@@ -69,7 +70,7 @@ class Measured:
         infinite for a plan too slow to complete one iteration within a trial."""
         if not self.iteration_s:
             return math.inf
-        values = performance.parameter_values(instance.parameters())
+        values = instance.values()
         k = float(performance.figures(values, functions, memory_mb, ("iterations",))["iterations"])
         samples = len(self.iteration_s)
         mean = statistics.fmean(self.iteration_s)
@@ -83,18 +84,18 @@ class Measured:
         return train + (rounds - 1) * platform.restart_overhead_s + rounds * setup
 
 
-def workload_key(instance: Instance) -> Instance:
+def workload_key(instance: Instance) -> tuple[object, ...]:
     """The instance without what varies from job to job (epochs, deadline): what is measured."""
-    return replace(
-        instance, workload=replace(instance.workload, epochs=1), objective=Objective(1.0)
-    )
+    return replace(instance, workload=replace(instance.workload, epochs=1)).undated_key()
 
 
 def _cost(instance: Instance, functions: int, memory_mb: int, time_s: float) -> float:
     """What `time_s` on the plan costs: GB-seconds, the PS, one request per function."""
     platform, ps = instance.platform, instance.parameter_server
-    per_second = functions * memory_mb / 1024 * platform.price_per_gb_second
-    return time_s * (per_second + ps.price_per_hour / 3600) + functions * platform.price_per_request
+    return bill(time_s, functions, memory_mb, requests=functions,
+                price_per_gb_second=platform.price_per_gb_second,
+                price_per_request=platform.price_per_request,
+                ps_price_per_hour=ps.price_per_hour)
 
 
 class _Tuner(ABC):
@@ -104,7 +105,7 @@ class _Tuner(ABC):
         self.guarantee = guarantee
         self.z = max(0.0, normal_quantile(guarantee))
         self.iterations = iterations
-        self.archive: dict[Instance, dict[tuple[int, int], Measured]] = {}
+        self.archive: dict[tuple[object, ...], dict[tuple[int, int], Measured]] = {}
 
     def __call__(
         self, instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure,
@@ -172,7 +173,7 @@ def power_tuning_functions(
     """The smallest n whose model p-quantile of time at `memory_mb` meets the deadline, else
     the fastest n: the count a user sizes "for the biggest function" before sweeping memory
     down, with the test every strategy here applies."""
-    values = performance.parameter_values(instance.parameters())
+    values = instance.values()
     top = max_functions(instance)
     n = np.arange(1, top + 1, dtype=np.float64)
     terms = planning_noise(noise, guarantee, instance.max_functions)

@@ -3,7 +3,7 @@
 The world imports nothing from the model or the solver, so something has to hand it a job as
 plain numbers: `job_spec` copies the figures an instance states (its workload, profile,
 parameter server and platform), never a quantity the model derives from them. `load_world`
-reads a world file and turns the world's own `WorldError` into the `InstanceError` every
+reads a world file and turns the world's own `WorldError` into the `WorldFileError` every
 caller of lambdadnn catches. `WorldRunner` runs a trace's jobs in one world, each under its
 own realised randomness keyed by (seed, job index), so every strategy, and the hindsight
 oracle, meets the same luck on the same job (common random numbers).
@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from lambdadnn.simulator.engine import TrialRun
-from lambdadnn.simulator.replan import ReplannedRun, Replanner, run_replanned
-from lambdadnn.simulator.world import JobSpec, World, WorldError, WorldRun, run_plan, trial
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.instance import Instance
-from lambdadnn.solver.shipped import named, worlds_folder
+from ..inputs.errors import InstanceError, WorldFileError
+from ..solver.instance import Instance
+from ..solver.shipped import named, worlds_folder
+from .engine import TrialRun
+from .replan import ReplannedRun, Replanner, run_replanned
+from .world import JobSpec, World, WorldError, WorldRun, run_plan, trial
 
 __all__ = [
     "Rehearsal", "WorldRunner", "job_spec", "load_world", "memory_choices", "rehearse",
@@ -49,7 +49,7 @@ def load_world(source: str | Path | World | None) -> World:
     try:
         return World.load(path)
     except WorldError as error:
-        raise InstanceError(f"`--truth-file`: {error}") from None
+        raise WorldFileError(f"`--truth-file`: {error}") from None
 
 
 @lru_cache(maxsize=4096)  # a trace has few distinct instances; every run asks

@@ -59,26 +59,24 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models import performance as model
-from lambdadnn.models.noise import NoiseModel, max_moments, normal_quantile, planning_noise
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.fit_uncertainty import run_spread
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import (
-    MAX_INTEGER,
-    Instance,
-    StartupProfile,
-    load_instance,
-)
-from lambdadnn.solver.pipeline import InstanceLike, evaluate, solve
-from lambdadnn.solver.plan import Evaluation, Plan
+from ..inputs.files import brief
+from ..inputs.numbers import integer, number
+from ..models import performance as model
+from ..models.noise import NoiseModel, max_moments, normal_quantile, planning_noise
+from ..models.prices import price_per_second
+from .errors import InstanceError
+from .fit_uncertainty import run_spread
+from .instance import MAX_INTEGER, Instance, StartupProfile
+from .instance_yaml import load_instance
+from .pipeline import InstanceLike, evaluate, solve
+from .plan import Evaluation
 
-__all__ = ["Belief", "Controller", "Decision", "Observation", "remaining_instance"]
+__all__ = ["Belief", "Controller", "Decision", "Observation", "Planned", "remaining_instance"]
 
 PRIOR_SD = 1.0  # without a fit, the rate may be off by a factor e^±1 before any evidence
 DRIFT_SD = 0.2  # with a fit: how far a run's speed may drift from the profile's (chosen)
@@ -141,15 +139,10 @@ class Observation:
             if not np.all(np.isfinite(values) & (values >= 0)):
                 raise InstanceError(f"`{name}` must hold finite seconds ≥ 0")
         for name in ("failures", "rounds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InstanceError(f"`{name}` must be an integer ≥ 0, got {brief(value)}")
+            integer(name, getattr(self, name), error=InstanceError, minimum=0, floats=False)
         for name in ("exposure_s", "setup_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value >= 0
-            ):
-                raise InstanceError(f"`{name}` must be seconds ≥ 0, got {brief(value)}")
+            number(name, getattr(self, name), error=InstanceError, sign="non-negative",
+                   need="seconds ≥ 0")
         object.__setattr__(self, "compute_s", compute)
         object.__setattr__(self, "communication_s", communication)
 
@@ -400,6 +393,29 @@ class _Option:
     meets: bool
 
 
+class Planned(Protocol):
+    """A plan as a controller starts from it: a `Plan`, or a launch's spec of one (whose
+    batch and iterations are rounded as launched)."""
+
+    @property
+    def solved_from(self) -> Instance: ...
+
+    @property
+    def functions(self) -> int: ...
+
+    @property
+    def memory_mb(self) -> int: ...
+
+    @property
+    def global_batch(self) -> float: ...
+
+    @property
+    def iterations(self) -> float: ...
+
+    @property
+    def guarantee(self) -> float | None: ...
+
+
 @dataclass
 class Controller:
     """Re-plans one run at its checks; see the module docstring.
@@ -423,17 +439,10 @@ class Controller:
 
     def __post_init__(self) -> None:
         for name in ("functions", "memory_mb"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not (
-                1 <= value <= MAX_INTEGER
-            ):
-                raise InstanceError(f"`{name}` must be a positive integer, got {brief(value)}")
+            integer(name, getattr(self, name), error=InstanceError, maximum=MAX_INTEGER,
+                    floats=False, need="a positive integer")
         for name in ("global_batch", "iterations", "deadline_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value > 0
-            ):
-                raise InstanceError(f"`{name}` must be a positive number, got {brief(value)}")
+            number(name, getattr(self, name), error=InstanceError)
         if self.global_batch < self.functions:
             raise InstanceError(
                 f"`global_batch` {self.global_batch:g} is smaller than `functions` "
@@ -501,11 +510,13 @@ class Controller:
         return cls.of(plan, noise=noise)
 
     @classmethod
-    def of(cls, plan: Plan, *, noise: NoiseModel | None = None) -> Controller:
-        """Control the run of a solved plan, at the plan's guarantee and deadline."""
+    def of(cls, plan: Planned, *, noise: NoiseModel | None = None) -> Controller:
+        """Control the run of a solved plan, at the plan's guarantee and deadline (its
+        instance's: a `Plan`'s `deadline_s` is that of the instance it was solved from)."""
         return cls(
-            plan.solved_from, plan.functions, plan.memory_mb, plan.global_batch,
-            plan.iterations, plan.deadline_s, plan.guarantee, noise or NoiseModel(),
+            plan.solved_from, plan.functions, plan.memory_mb, float(plan.global_batch),
+            float(plan.iterations), plan.solved_from.objective.deadline_s, plan.guarantee,
+            noise or NoiseModel(),
         )
 
     @property
@@ -641,10 +652,10 @@ class Controller:
         platform = dataclasses.replace(
             platform, restart_overhead_s=platform.restart_overhead_s * speeds.setup)
         if not fresh:
-            workload = dataclasses.replace(workload, dataset_size_mb=1e-9)
             profile = dataclasses.replace(profile, startup=StartupProfile(0.0, 0.0))
-        return dataclasses.replace(base, workload=workload, profile=profile,
-                                   parameter_server=server, platform=platform)
+        planned = dataclasses.replace(base, workload=workload, profile=profile,
+                                      parameter_server=server, platform=platform)
+        return planned if fresh else planned.without_data_load()
 
     # --- options ----------------------------------------------------------------------
 
@@ -699,8 +710,9 @@ class Controller:
 
     def _price_per_s(self, functions: int, memory_mb: int) -> float:
         platform, server = self.instance.platform, self.instance.parameter_server
-        return (functions * memory_mb / 1024 * platform.price_per_gb_second
-                + server.price_per_hour / 3600)
+        return price_per_second(functions, memory_mb,
+                                price_per_gb_second=platform.price_per_gb_second,
+                                ps_price_per_hour=server.price_per_hour)
 
     def _memories(self) -> list[int]:
         """The memory sizes a search scans: `SCAN_MEMORIES` spread evenly in log-memory over
@@ -737,7 +749,7 @@ class Controller:
             if top < 1:
                 continue
             n = np.arange(1, top + 1, dtype=np.float64)
-            values = model.parameter_values(planned.parameters())
+            values = planned.values()
             f = model.figures(values, n, float(memory), names, noise)
             valid = ((f["rate"] > 0) & (f["storage_bandwidth"] > 0)
                      & (f["local_batch"] >= 1 - model.BATCH_SLACK)
@@ -841,10 +853,7 @@ class Controller:
         docstring). `iterations_done` counts iterations at the run's global batch since its
         start, `elapsed_s` everything since its start (start-ups, restarts, crashes)."""
         for name, value in (("iterations_done", iterations_done), ("elapsed_s", elapsed_s)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value >= 0
-            ):
-                raise InstanceError(f"`{name}` must be a number ≥ 0, got {brief(value)}")
+            number(name, value, error=InstanceError, sign="non-negative")
         if observation is not None:
             self.observe(observation)
         self._switched = self._quick = False

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models import bounds as model_bounds
-from lambdadnn.models import performance as model
+from ..models import bounds as model_bounds
+from ..models import performance as model
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]

@@ -1,14 +1,13 @@
-"""The solver's errors, all under the one root `LambdaDnnError`."""
+"""The solver's errors, all under the one root `LambdaDnnError`; the input errors it raises
+are the input layer's."""
 
-from lambdadnn.models.errors import DerivationError, LambdaDnnError
+from ..inputs.errors import InputError, InstanceError, LambdaDnnError, PlanError
+from ..models.errors import DerivationError
 
 __all__ = [
-    "DerivationError", "InstanceError", "LambdaDnnError", "NoValidPlanError", "SolverError",
+    "DerivationError", "InputError", "InstanceError", "LambdaDnnError", "NoValidPlanError",
+    "PlanError", "SolverError",
 ]
-
-
-class InstanceError(LambdaDnnError, ValueError):
-    """An instance or platform file (or mapping) is malformed; the message names the field."""
 
 
 class SolverError(LambdaDnnError, RuntimeError):

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from lambdadnn.models import performance as model
-from lambdadnn.models.noise import PlanningNoise
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import MAX_SECONDS, Fit, Instance
+from ..inputs.files import brief
+from ..models import performance as model
+from ..models.noise import PlanningNoise
+from .errors import InstanceError
+from .instance import MAX_SECONDS, Fit, Instance
 
 Rule = Literal["slope", "intercept", "positive", "seconds"]
 

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from lambdadnn.solver.timetable import Columns, Task
+    from .columns import Columns, Task
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]

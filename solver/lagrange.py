@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from lambdadnn.solver.timetable import Columns
+    from .columns import Columns
 
 Array = npt.NDArray[np.float64]
 ITERATIONS = 200

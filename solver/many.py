@@ -17,24 +17,30 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lambdadnn.models.noise import NoiseModel
-from lambdadnn.solver.capacity import Capacity, peak
-from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import (
-    MAX_CONCURRENCY,
-    MAX_SECONDS,
-    Instance,
-    load_instance,
+from ..inputs.files import brief
+from ..models.noise import NoiseModel
+from .capacity import Capacity, peak
+from .columns import Task, meets
+from .errors import InstanceError, NoValidPlanError, SolverError
+from .instance import MAX_CONCURRENCY, MAX_SECONDS, Instance
+from .instance_validation import (
     non_negative_number,
     positive_integer,
     positive_number,
 )
-from lambdadnn.solver.options import options, undated
-from lambdadnn.solver.pipeline import RECHECK_RTOL, check_guarantee, evaluate, solve
-from lambdadnn.solver.plan import Evaluation
-from lambdadnn.solver.schedule import Schedule, ScheduledJob, ScheduleStatus, Submission
-from lambdadnn.solver.timetable import PHASES, Answer, Task, meets, solve_timetable
+from .instance_yaml import load_instance
+from .options import options
+from .pipeline import RECHECK_RTOL, check_guarantee, evaluate
+from .pipeline import fastest as fastest_plan
+from .plan import Evaluation
+from .schedule import (
+    Schedule,
+    ScheduledJob,
+    ScheduleStatus,
+    Submission,
+    due_time,
+)
+from .timetable import PHASES, Answer, solve_timetable
 
 DEFAULT_SLOT_S = 60.0
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -57,6 +63,10 @@ class _Job:
     instance: Instance
     submit_s: float
     deadline_s: float
+
+    @property
+    def due_s(self) -> float:
+        return due_time(self.submit_s, self.deadline_s)
 
 
 def _submission(index: int, job: object, loaded: dict[str | Path, Instance]) -> _Job:
@@ -88,10 +98,7 @@ def _submission(index: int, job: object, loaded: dict[str | Path, Instance]) -> 
     name = instance.name if job.name is None else job.name
     if not isinstance(name, str) or not name.strip():
         raise InstanceError(f"`{where}.name` must be a non-empty string, got {brief(name)}")
-    dated = dataclasses.replace(
-        instance, objective=dataclasses.replace(instance.objective, deadline_s=deadline)
-    )
-    return _Job(name, dated, submit, deadline)
+    return _Job(name, instance.with_deadline(deadline), submit, deadline)
 
 
 def _submissions(jobs: object) -> list[_Job]:
@@ -116,7 +123,7 @@ def _fastest(key: Instance, index: int, concurrency: int, guarantee: float | Non
     limit = min(key.max_functions, concurrency)
     capped = dataclasses.replace(key, limits=dataclasses.replace(key.limits, max_functions=limit))
     try:
-        plan = solve(capped, deadline_s=1e-9, guarantee=guarantee, noise=noise)
+        plan = fastest_plan(capped, guarantee=guarantee, noise=noise)
     except NoValidPlanError as error:
         raise NoValidPlanError(f"`jobs[{index}]`: {error}") from None
     return plan.functions, plan.memory_mb, plan.deadline_time_s, plan.cost_usd
@@ -217,15 +224,19 @@ def solve_many(
     report(PHASES[0])
     # Each job's instance without its deadline, numbered: one front per instance, and an
     # instance hashed once per job (a frozen dataclass's hash walks every field).
-    numbered: dict[Instance, int] = {}
-    kinds = [numbered.setdefault(undated(job.instance), len(numbered)) for job in submitted]
-    keys = list(numbered)
+    numbered: dict[tuple[object, ...], int] = {}
+    kinds: list[int] = []
+    keys: list[Instance] = []  # the first job's instance of each kind stands for the kind
+    for job in submitted:
+        kinds.append(numbered.setdefault(job.instance.undated_key(), len(numbered)))
+        if kinds[-1] == len(keys):
+            keys.append(job.instance)
     slowest = [0.0] * len(keys)
     for kind, job in zip(kinds, submitted, strict=True):
         slowest[kind] = max(slowest[kind], job.deadline_s)
     fronts = [options(key, guarantee=share, noise=noise, max_functions=limit,
                       slowest_s=slowest[kind]) for kind, key in enumerate(keys)]
-    tasks = [Task(job.submit_s, job.submit_s + job.deadline_s, fronts[kind].within(job.deadline_s))
+    tasks = [Task(job.submit_s, job.due_s, fronts[kind].within(job.deadline_s))
              for kind, job in zip(kinds, submitted, strict=True)]
     answer = solve_timetable(
         tasks, concurrency=limit, slot=slot, time_limit_s=seconds - (time.perf_counter() - started),
@@ -264,7 +275,7 @@ def _check_grid(submitted: list[_Job], slot: float) -> None:
     if not submitted:
         return
     deadlines = [job.deadline_s for job in submitted]
-    horizon_s = (max(job.submit_s + job.deadline_s for job in submitted)
+    horizon_s = (max(job.due_s for job in submitted)
                  - min(job.submit_s for job in submitted))
     fits = fitting_slot(deadlines, horizon_s, slot)
     if fits == slot:
@@ -345,13 +356,13 @@ def _schedule(
         n, m, start, t, c = runs[index]
         # The MILP's jobs meet their deadline by construction (the re-check tests that claim);
         # a job placed late may still meet it.
-        met = index not in missed or bool(meets(start, t, job.submit_s + job.deadline_s))
+        met = index not in missed or bool(meets(start, t, job.due_s))
         finish = start + t
         entry = ScheduledJob(
             index=index, name=job.name, instance=job.instance.name, submit_s=job.submit_s,
             deadline_s=job.deadline_s, functions=n, memory_mb=m, start_s=start, time_s=t,
             finish_s=finish, cost_usd=c, met=met,
-            late_s=0.0 if met else finish - (job.submit_s + job.deadline_s),
+            late_s=0.0 if met else finish - job.due_s,
         )
         _recheck(entry, kinds[index], keys[kinds[index]], guarantee, noise, evaluated)
         entries.append(entry)

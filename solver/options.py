@@ -13,7 +13,6 @@ fails keeps nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models import bounds as model_bounds
-from lambdadnn.models import performance as model
-from lambdadnn.models.noise import NoiseModel, PlanningNoise, planning_noise
-from lambdadnn.solver.candidates import enumerate_candidates, pareto
-from lambdadnn.solver.fit_uncertainty import corner
-from lambdadnn.solver.instance import Instance
+from ..models import bounds as model_bounds
+from ..models import performance as model
+from ..models.noise import NoiseModel, PlanningNoise, planning_noise
+from .candidates import enumerate_candidates, pareto
+from .fit_uncertainty import corner
+from .instance import Instance
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
@@ -59,14 +58,14 @@ class Options:
 NO_OPTIONS = Options(
     np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
 )
-_Key = tuple[Instance, float | None, NoiseModel | None, int]
+_Key = tuple[tuple[object, ...], float | None, NoiseModel | None, int]
 _fronts: OrderedDict[_Key, tuple[float, Options]] = OrderedDict()
 _lock = threading.Lock()
 
 
 def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
            slowest_s: float) -> Options:
-    values = model.parameter_values(instance.parameters())
+    values = instance.values()
     memory = instance.platform.memory.values()
     box = model_bounds.box(
         values, memory, max_functions=max_functions, min_memory_mb=instance.min_memory_mb,
@@ -90,13 +89,6 @@ def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
     )
 
 
-def undated(instance: Instance) -> Instance:
-    """`instance` without its deadline: the key of its front, which serves every deadline."""
-    return dataclasses.replace(
-        instance, objective=dataclasses.replace(instance.objective, deadline_s=1.0)
-    )
-
-
 def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | None,
             max_functions: int, slowest_s: float) -> Options:
     """The Pareto front of plans with at most `max_functions` functions (and the instance's
@@ -104,7 +96,7 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
     (inputs already checked; a profiled instance at its fit's adverse corner); empty when
     none does."""
     limit = min(max_functions, instance.max_functions)
-    key = (undated(instance), guarantee, noise, limit)
+    key = (instance.undated_key(), guarantee, noise, limit)  # a front serves every deadline
     with _lock:
         kept = _fronts.get(key)
         if kept is not None:
@@ -114,7 +106,7 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
     planning = None if guarantee is None else planning_noise(
         noise or NoiseModel(), guarantee, instance.max_functions
     )
-    front = _front(corner(key[0], planning).instance, planning, limit, slowest_s)
+    front = _front(corner(instance, planning).instance, planning, limit, slowest_s)
     with _lock:
         _fronts[key] = (slowest_s, front)
         _fronts.move_to_end(key)

@@ -12,28 +12,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.models import bounds as model_bounds
-from lambdadnn.models import performance as model
-from lambdadnn.models.noise import NoiseModel, PlanningNoise, planning_noise
-from lambdadnn.solver.candidates import (
+from ..inputs.files import brief
+from ..models import bounds as model_bounds
+from ..models import performance as model
+from ..models.noise import NoiseModel, PlanningNoise, planning_noise
+from .candidates import (
     PRUNE_RTOL,
     cheapest_choices,
     enumerate_candidates,
     fastest_choices,
 )
-from lambdadnn.solver.errors import InstanceError, NoValidPlanError, SolverError
-from lambdadnn.solver.fit_uncertainty import corner
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import (
-    MAX_SECONDS,
-    MB_PER_VCPU,
-    Instance,
-    load_instance,
-    plan_size,
-    positive_number,
-    probability,
-)
-from lambdadnn.solver.plan import (
+from .errors import InstanceError, NoValidPlanError, SolverError
+from .fit_uncertainty import corner
+from .instance import MB_PER_VCPU, Instance
+from .instance_validation import plan_size, probability
+from .instance_yaml import load_instance
+from .plan import (
     CostBreakdown,
     Evaluation,
     Plan,
@@ -41,18 +35,10 @@ from lambdadnn.solver.plan import (
     Status,
     TimeBreakdown,
 )
-from lambdadnn.solver.selection import select
+from .selection import select
 
 InstanceLike = Instance | Mapping[str, Any] | str | Path
 RECHECK_RTOL = 1e-12  # the re-check's time may differ from the search's in the last bits
-
-
-def _with_deadline(instance: Instance, deadline_s: float | None) -> Instance:
-    if deadline_s is None:
-        return instance
-    checked = positive_number("deadline_s", deadline_s, MAX_SECONDS)
-    objective = dataclasses.replace(instance.objective, deadline_s=checked)
-    return dataclasses.replace(instance, objective=objective)
 
 
 def _evaluation(
@@ -130,7 +116,7 @@ def _never_finishes(
 ) -> list[str]:
     """Why a plan never finishes under the declared crashes (MODEL.md, "Failures"), if so."""
     names = ("crash_load", "crash_load_quantile")
-    values = model.parameter_values(instance.parameters())
+    values = instance.values()
     loads = model.figures(values, functions, memory_mb, names, noise)
     load, load_quantile = (float(loads[name]) for name in names)
     if not (load >= 1 or load_quantile >= 1):
@@ -166,7 +152,7 @@ def _no_valid_plan(instance: Instance, noise: PlanningNoise | None = None) -> st
                   "and intercept")
     else:  # valid sizes exist, but one function of the smallest exceeds the vCPU limit
         memory = instance.platform.memory.values()
-        values = model.parameter_values(instance.parameters())
+        values = instance.values()
         smallest = memory[model_bounds.lowest_valid_memory(values, memory, instance.min_memory_mb)]
         reason = (f"the platform's `max_vcpu` {instance.platform.max_vcpu:g} allows "
                   f"{instance.platform.vcpu_memory_mb:,} MB of functions in all, less than one "
@@ -269,11 +255,31 @@ def solve(
     `NoValidPlanError` when no plan is valid at all, `SolverError` when HiGHS does not prove
     an optimum or the re-check fails.
     """
+    loaded = load_instance(instance, platform=platform)
+    given = loaded if deadline_s is None else loaded.with_deadline(deadline_s)
+    return _solve(given, guarantee, noise, fastest_only=False)
+
+
+def fastest(
+    instance: InstanceLike, *, platform: str | None = None, guarantee: float | None = None,
+    noise: NoiseModel | None = None,
+) -> Plan:
+    """The fastest valid plan, whatever the deadline: the plan `solve()` answers when no plan
+    meets it, with `status == "infeasible"` (it was chosen for its time, not its cost) and the
+    instance's own deadline. Under a guarantee, fastest at the guarantee's quantile of the
+    time. Raises as `solve()` does."""
+    return _solve(load_instance(instance, platform=platform), guarantee, noise, fastest_only=True)
+
+
+def _solve(
+    given: Instance, guarantee: float | None, noise: NoiseModel | None, *, fastest_only: bool,
+) -> Plan:
+    """`solve()` of `given`; `fastest_only`: the fastest plan even where one meets the deadline
+    (the box still holds every valid n then)."""
     started = time.perf_counter()
-    given = _with_deadline(load_instance(instance, platform=platform), deadline_s)
     planning = _planning_noise(given, guarantee, noise)
     loaded, coverage = corner(given, planning)  # under a guarantee, the fit's adverse corner
-    values = model.parameter_values(loaded.parameters())
+    values = loaded.values()
     memory = loaded.platform.memory.values()
     deadline = loaded.objective.deadline_s
     box = model_bounds.box(
@@ -283,7 +289,7 @@ def solve(
     )
     if box is None:
         raise NoValidPlanError(_no_valid_plan(loaded, planning))
-    if box.bounds.deadline_met:
+    if box.bounds.deadline_met and not fastest_only:
         meets = box.envelope_time <= deadline
         found = enumerate_candidates(
             values, memory, box.functions[meets], box.m_lo, box.row_hi[meets], deadline, planning
@@ -357,5 +363,5 @@ def deadline_crossings(
     """Where MODEL.md's T_train(n, memory_mb) = T_o, per regime (the paper's closed forms for
     n, solved by SymPy): the n bounds of `solve()` lie between them, restarts only adding time."""
     loaded = load_instance(instance, platform=platform)
-    values = model.parameter_values(loaded.parameters())
+    values = loaded.values()
     return model_bounds.deadline_crossings(values, memory_mb, loaded.objective.deadline_s)

@@ -12,17 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lambdadnn.models import performance as model
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import (
-    MAX_INTEGER,
-    MAX_SECONDS,
-    Instance,
-    non_negative_number,
-    plan_size,
-    positive_number,
-)
+from ..inputs.files import brief
+from ..models import performance as model
+from .errors import InstanceError
+from .instance import MAX_INTEGER, MAX_SECONDS, Instance
+from .instance_validation import non_negative_number, plan_size, positive_number
 
 
 @dataclass(frozen=True)

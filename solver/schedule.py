@@ -7,9 +7,16 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from lambdadnn.solver.instance import Instance
+from .highs import Status
+from .instance import Instance
 
 ScheduleStatus = Literal["optimal", "feasible", "infeasible"]
+
+
+def due_time(submit_s: float, deadline_s: float) -> float:
+    """A job's due time: its deadline counts from its submission (the latest finish that
+    meets it)."""
+    return submit_s + deadline_s
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class ScheduledJob:
     @property
     def due_s(self) -> float:
         """The latest finish that meets the deadline."""
-        return self.submit_s + self.deadline_s
+        return due_time(self.submit_s, self.deadline_s)
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class Schedule:
     objective_usd: float
     lower_bound_usd: float
     gap: float
-    solver_status: str
+    solver_status: Status
     solve_seconds: float
     columns: int
     check_points: int

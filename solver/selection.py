@@ -4,48 +4,31 @@ The enumeration evaluates every candidate exactly, and MODEL.md's tie rule leave
 solves, one plan that no other can rival (`solver.candidates.cheapest_choices`): then there is
 nothing to choose, that plan is the answer (`selected_by="enumeration"`), HiGHS is not run
 and Pyomo is not even imported. When several plans are left, the formal statement of the
-choice, a one-of-K Pyomo model, is solved by HiGHS and its answer is the answer
-(`selected_by="highs"`). Each candidate i has an objective value o_i (the tie rule made
+choice, a one-of-K Pyomo model, is solved by HiGHS (`solver.highs`) and its answer is the
+answer (`selected_by="highs"`). Each candidate i has an objective value o_i (the tie rule made
 exact: 0 for the rule's plan, ≥ 1e-4 for the rest, far above HiGHS's 1e-7 tolerances) and a
 time T_i; binary x_i selects it:
 
     minimise  Σ o_i·x_i   subject to   Σ x_i = 1,   Σ (T_i / T_o)·x_i ≤ 1
 
 Times are scaled by the deadline (or without one by the largest time), so no coefficient that
-reaches HiGHS is outside [0, 1e3]. The process keeps one persistent model per K with the
-coefficients as mutable parameters and re-solves it after updating them; a model whose solve
-fails is discarded, so a failure never changes what a later call answers. Pyomo captures
-HiGHS's output by redirecting file descriptors, which is process-wide, so selections from
-several threads take turns behind one lock.
+reaches HiGHS is outside [0, 1e3]. Each selection builds its model afresh (about 2 ms for a
+handful of plans), so a failed solve leaves nothing behind that could change a later answer.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.solver.errors import SolverError
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.plan import SelectedBy
+from ..inputs.files import brief
+from . import highs
+from .errors import SolverError
+from .highs import Status
+from .plan import SelectedBy
 
-# Pyomo's (APPSI) TerminationCondition names, mapped to ours; anything else is "unknown".
-_STATUS = {
-    "optimal": "optimal",
-    "infeasible": "infeasible",
-    "infeasibleOrUnbounded": "infeasible_or_unbounded",
-    "unbounded": "unbounded",
-    "maxTimeLimit": "time_limit",
-    "maxIterations": "iteration_limit",
-    "interrupted": "interrupted",
-    "error": "error",
-}
-NOT_RUN = "not_run"  # `solver_status` when the enumeration chose and HiGHS was not needed
-MODELS_KEPT = 8
 OBJECTIVE_LIMIT = 1e4  # the choices' objective is 0..~1e3 by construction (see above)
 
 
@@ -56,84 +39,32 @@ class Selection:
 
     index: int
     selected_by: SelectedBy
-    solver_status: str
-
-
-class _SelectionModel:
-    """One-of-K selection model with mutable coefficients and its persistent HiGHS solver."""
-
-    def __init__(self, size: int) -> None:
-        # pyomo.core, not pyomo.environ: the latter loads every plugin (0.3 s at start-up).
-        import pyomo.core as pyo
-        from pyomo.contrib.appsi.solvers.highs import Highs
-
-        slots = range(size)
-        model = pyo.ConcreteModel()
-        model.objective_coef = pyo.Param(slots, mutable=True, initialize=0.0)
-        model.time_coef = pyo.Param(slots, mutable=True, initialize=0.0)
-        model.x = pyo.Var(slots, domain=pyo.Binary)
-        model.one = pyo.Constraint(expr=pyo.quicksum(model.x[i] for i in slots) == 1)
-        model.deadline = pyo.Constraint(
-            expr=pyo.quicksum(model.time_coef[i] * model.x[i] for i in slots) <= 1
-        )
-        model.objective = pyo.Objective(
-            expr=pyo.quicksum(model.objective_coef[i] * model.x[i] for i in slots)
-        )
-        solver = Highs()
-        solver.config.stream_solver = False
-        solver.config.load_solution = False
-        solver.highs_options = {"mip_rel_gap": 0.0}
-        # Only parameter values change between solves: skip the structural checks.
-        for check in (
-            "check_for_new_or_removed_constraints", "check_for_new_or_removed_vars",
-            "check_for_new_or_removed_params", "check_for_new_objective", "update_constraints",
-            "update_vars", "update_named_expressions", "update_objective",
-        ):
-            setattr(solver.update_config, check, False)
-        self.size, self.model, self.solver = size, model, solver
-
-    def solve(self, objective: npt.NDArray[np.float64],
-              scaled_time: npt.NDArray[np.float64]) -> tuple[str, list[int]]:
-        """HiGHS's status and the candidates it selected (any failure raises)."""
-        model = self.model
-        for i in range(self.size):
-            model.objective_coef[i] = float(objective[i])
-            model.time_coef[i] = float(scaled_time[i])
-        results: Any = self.solver.solve(model)
-        status = _STATUS.get(results.termination_condition.name, "unknown")
-        if status != "optimal":
-            return status, []
-        primals = results.solution_loader.get_primals()
-        return status, [i for i in range(self.size) if primals[model.x[i]] > 0.5]
-
-
-_models: OrderedDict[int, _SelectionModel] = OrderedDict()
-# Pyomo redirects file descriptors while HiGHS runs, HiGHS 1.16 shares state across `Highs`
-# objects, and Pyomo's model building is not thread-safe: every HiGHS solve in the process
-# (this selection, `solve_many`'s schedule from its build to its last solve) holds this lock,
-# re-entrantly (the schedule's HiGHS object is made under it).
-highs_lock = threading.RLock()
+    solver_status: Status
 
 
 def _highs(objective: npt.NDArray[np.float64], scaled_time: npt.NDArray[np.float64]) -> Selection:
-    """Solve the model for K = len(objective); a model that fails is dropped (lock held)."""
+    """HiGHS's choice on the one-of-K model for these coefficients (the lock held)."""
+    # pyomo.core, not pyomo.environ: the latter loads every plugin (0.3 s at start-up).
+    import pyomo.core as pyo
+
     size = len(objective)
-    try:
-        if size in _models:
-            _models.move_to_end(size)
-        else:
-            _models[size] = _SelectionModel(size)
-            if len(_models) > MODELS_KEPT:
-                _models.popitem(last=False)
-        status, chosen = _models[size].solve(objective, scaled_time)
-    except Exception as error:
-        _models.pop(size, None)
-        raise SolverError(
-            f"HiGHS failed on the selection model of {size} plans: {type(error).__name__}: "
-            f"{brief(str(error), 120)}"
-        ) from None
-    if status != "optimal" or len(chosen) != 1:
-        _models.pop(size, None)
+    slots = range(size)
+    model = pyo.ConcreteModel()
+    model.x = pyo.Var(slots, domain=pyo.Binary)
+    model.one = pyo.Constraint(expr=pyo.quicksum(model.x[i] for i in slots) == 1)
+    model.deadline = pyo.Constraint(
+        expr=pyo.quicksum(float(scaled_time[i]) * model.x[i] for i in slots) <= 1
+    )
+    model.objective = pyo.Objective(
+        expr=pyo.quicksum(float(objective[i]) * model.x[i] for i in slots)
+    )
+    solver = highs.Model(model, [model.x[i] for i in slots],
+                         name=f"the selection model of {size} plans",
+                         options={"mip_rel_gap": 0.0})
+    solver.integer(np.arange(size, dtype=np.int32))
+    status = solver.run(np.inf)
+    chosen = [] if status != Status.OPTIMAL else np.flatnonzero(solver.values() > 0.5).tolist()
+    if len(chosen) != 1:
         raise SolverError(
             f"HiGHS ended with status `{status}` and {len(chosen)} plans selected (one "
             f"expected) on the selection model of {size} plans"
@@ -158,7 +89,7 @@ def select(
             f"the selection model is infeasible: no candidate within {brief(bound)} s"
         )
     if len(objective) == 1:
-        return Selection(0, "enumeration", NOT_RUN)
+        return Selection(0, "enumeration", Status.NOT_RUN)
     with np.errstate(all="ignore"):
         scaled_time = time / bound
     usable = np.isfinite(objective) & (np.abs(objective) <= OBJECTIVE_LIMIT)
@@ -167,7 +98,7 @@ def select(
             f"the selection model's coefficients are not finite and moderate (objective "
             f"up to {brief(float(np.max(np.abs(objective))))}, time bound {brief(bound)})"
         )
-    with highs_lock:
+    with highs.lock:
         selection = _highs(objective, scaled_time)
     index = selection.index
     if not within[index] or objective[index] > objective[within].min():

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from lambdadnn.cli import main
 from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.adaptive import STATIC_REASON, AdaptiveRun, controller_for
+from lambdadnn.launcher.adaptive import STATIC_REASON, AdaptiveRun
 from lambdadnn.launcher.aws import AwsTarget, run_aws
 from lambdadnn.launcher.channel import ParameterChannel
 from lambdadnn.launcher.local import run_local
@@ -34,16 +34,20 @@ from lambdadnn.launcher.timings import summarise
 from lambdadnn.solver.adaptive import Controller, Decision, Observation
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.pipeline import solve
+from tests.hang_guard import HANG_GUARD_S
 from tests.test_aws import (  # noqa: F401  (the moto server's fixtures)
     REDIS_URL,
     FakeClock,
     Recording,
     aws_env,
     client,
+    following,
     moto_endpoint,
     role_arn,
     target,
 )
+
+pytestmark = pytest.mark.real  # real workers, a redis-server and a moto server
 
 ITERATIONS = 24
 SPEC = LaunchSpec(functions=2, memory_mb=1769, local_batch=16, iterations=ITERATIONS,
@@ -176,7 +180,7 @@ def _exchange(group: list[ParameterChannel], iteration: int) -> list[bool]:
         futures = [pool.submit(c.exchange, rank, iteration, np.ones(4), 0.0)
                    for rank, c in enumerate(group)]
         for future in futures:
-            future.result(timeout=30)
+            future.result(timeout=HANG_GUARD_S)
     return [c.halted for c in group]
 
 
@@ -211,20 +215,20 @@ def test_local_adaptive_refuses_a_plan_it_could_switch_beyond_this_machine(
     )
     spec = dataclasses.replace(LaunchSpec.from_plan(plan), instance=instance)
     with pytest.raises(LaunchError, match=rf"^`--adaptive` may switch to any plan of .*{says}"):
-        run_local(spec, controller=controller_for(spec))
+        run_local(spec, controller=Controller.of(spec))
 
 
-def test_controller_for_keeps_the_plans_batch_deadline_and_guarantee() -> None:
+def test_a_specs_controller_keeps_the_plans_batch_deadline_and_guarantee() -> None:
     plan = solve("instances/mobilenet-cifar10.yaml", guarantee=0.99)
     spec = LaunchSpec.from_mapping(json.loads(json.dumps(plan.to_dict())))
-    assert spec.guarantee == 0.99
-    controller = controller_for(spec)
+    assert spec.guarantee == 0.99 and spec.deadline_s == plan.deadline_s
+    controller = Controller.of(spec)
     assert (controller.functions, controller.memory_mb) == (spec.functions, spec.memory_mb)
     assert controller.global_batch == spec.functions * spec.local_batch
     assert controller.iterations == spec.iterations and controller.guarantee == 0.99
     assert controller.deadline_s == plan.deadline_s
     with pytest.raises(LaunchError, match="carries none"):
-        controller_for(LaunchSpec.from_mapping({**plan.to_dict(), "instance_spec": None}))
+        Controller.of(LaunchSpec.from_mapping({**plan.to_dict(), "instance_spec": None}))
     with pytest.raises(InstanceError, match="`guarantee`"):
         LaunchSpec.from_mapping({**plan.to_dict(), "guarantee": 1.0})
 
@@ -295,6 +299,18 @@ class FakeChannel:
     def set_halt(self, on: bool) -> None:
         self.halt = on
 
+    def timings(self) -> list[dict[str, Any]]:
+        return self.records
+
+    def result(self) -> None:
+        return None
+
+    def record_restart(self) -> int:
+        return self.round + 1
+
+    def request_checkpoint(self) -> None:
+        pass
+
 
 def test_aws_changes_memory_and_concurrency_between_rounds(
     client: Any, target: AwsTarget,  # noqa: F811
@@ -316,9 +332,8 @@ def test_aws_changes_memory_and_concurrency_between_rounds(
 
     recorded.invoke = counting_invoke
     report = run_aws(
-        spec, recorded, target, redis_url=REDIS_URL, job="job-adaptive",
-        channel_progress=fake.progress, channel_timings=lambda: fake.records,
-        set_halt=fake.set_halt, controller=script, sleep=clock.sleep, clock=clock,
+        spec, recorded, target, redis_url=REDIS_URL, job="job-adaptive", channel=fake,
+        controller=script, following=following(clock),
     )
     operations = recorded.operations()
     resize = operations.index("UpdateFunctionConfiguration")

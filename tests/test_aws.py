@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.aws import (
     FUNCTION_TIMEOUT_S,
     HANDLER,
@@ -35,14 +36,20 @@ from lambdadnn.launcher.aws import (
     AwsLaunchError,
     AwsTarget,
     Call,
+    DryRunClient,
+    Following,
     dry_run,
     lambda_client,
     package_worker,
     required_policy,
     run_aws,
 )
-from lambdadnn.launcher.spec import LaunchSpec
+from lambdadnn.launcher.orchestrator import Clock, Hooks, RunOptions
+from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 from lambdadnn.solver.errors import LambdaDnnError
+from tests.hang_guard import HANG_GUARD_S
+
+pytestmark = pytest.mark.real  # a moto server (its fixtures) and a redis-server
 
 REGION = "us-east-1"
 REDIS_URL = "redis://ps.internal.example:6379/0"  # only ever written into the function's config
@@ -80,7 +87,7 @@ def moto_endpoint() -> Iterator[str]:
         headers={"Content-Type": "application/json"},
     )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(request, timeout=10) as response:
+    with opener.open(request, timeout=HANG_GUARD_S) as response:
         assert json.load(response)["lambda"]["use_docker"] is False
     yield endpoint
     if server is not None:
@@ -266,8 +273,9 @@ def test_package_holds_the_handler_and_is_reproducible() -> None:
     names = zipfile.ZipFile(io.BytesIO(archive)).namelist()
     assert {"lambdadnn/__init__.py", "lambdadnn/launcher/__init__.py",
             "lambdadnn/launcher/worker.py", "lambdadnn/launcher/channel.py",
-            "lambdadnn/models/errors.py", "lambdadnn/solver/inputs.py"} <= set(names)
+            "lambdadnn/models/errors.py", "lambdadnn/inputs/files.py"} <= set(names)
     assert all(name.startswith("lambdadnn/") for name in names)
+    assert not any(name.startswith("lambdadnn/solver/") for name in names)
     assert not any("__pycache__" in name or "tests/" in name for name in names)
     assert package_worker() == archive
 
@@ -279,7 +287,7 @@ def test_the_handler_imports_from_the_unzipped_package_alone(tmp_path: Path) -> 
     probe = (f"import {module} as m; assert callable(m.{function}); print(m.__file__)")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).is_relative_to(tmp_path)
 
@@ -341,6 +349,51 @@ def test_other_errors_are_not_retried(target: AwsTarget) -> None:
 # -- follow -----------------------------------------------------------------------------------
 
 
+class Channel:
+    """The channel as the orchestrator reads it, made of a test's callables; `record_restart`
+    (the call before each re-invocation) runs `on_restart` and counts."""
+
+    def __init__(
+        self, progress: Callable[[], dict[str, Any]], *,
+        result: Callable[[], dict[str, Any] | None] = lambda: None,
+        timings: Callable[[], list[dict[str, Any]]] = list,
+        on_restart: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.progress, self.result, self.timings = progress, result, timings
+        self.on_restart, self.restarts = on_restart, 0
+        self.halt = False
+
+    def record_restart(self) -> int:
+        self.on_restart()
+        self.restarts += 1
+        return self.restarts
+
+    def set_halt(self, on: bool) -> None:
+        self.halt = on
+
+    def request_checkpoint(self) -> None:
+        pass
+
+
+def following(clock: FakeClock, **polling: float) -> Following:
+    return Following(sleep=clock.sleep, clock=Clock(monotonic=clock, wall=clock), **polling)
+
+
+def follow(
+    target: AwsTarget, clock: FakeClock, progress: Callable[[], dict[str, Any]], *,
+    reinvoke: Callable[[], object] = lambda: None, max_restarts: int = 1_000,
+    seen: list[int] | None = None, **polling: float,
+) -> LaunchReport:
+    """Follow a job on a client that makes no call, as `run_aws` does."""
+    return run_aws(
+        PLAN, DryRunClient(), target, redis_url=REDIS_URL, job="job-follow",
+        channel=Channel(progress, on_restart=reinvoke),
+        options=RunOptions(max_restarts=max_restarts),
+        hooks=Hooks(progress=None if seen is None else lambda i, _total: seen.append(i)),
+        following=following(clock, **polling),
+    )
+
+
 class FakeJob:
     """Workers that do one iteration every 10 s and stop at their timeout margin (870 s)."""
 
@@ -365,22 +418,19 @@ class FakeJob:
 def test_follow_reinvokes_a_round_that_timed_out_before_done(target: AwsTarget) -> None:
     clock = FakeClock()
     job = FakeJob(clock, total=120)
-    seen: list[dict[str, Any]] = []
-    followed = launcher(object(), target, clock).follow(
-        job.progress, reinvoke=job.reinvoke, poll_s=5, quiet_s=60, on_progress=seen.append,
-    )
+    seen: list[int] = []
+    followed = follow(target, clock, job.progress, reinvoke=job.reinvoke, poll_s=5, quiet_s=60,
+                      seen=seen)
     assert followed.restarts == job.reinvocations == 1
-    assert followed.progress == {"iteration": 120, "done": True}
+    assert followed.iterations == 120 and followed.status == "done"
     assert 870 + 60 <= job.round_start < 900 + 60 + 5  # re-invoked once the round went quiet
-    assert seen[-1]["done"] is True
+    assert seen[-1] == 120
 
 
 def test_follow_does_not_reinvoke_a_late_round_that_still_progresses(target: AwsTarget) -> None:
     clock = FakeClock()
     job = FakeJob(clock, total=80, late_start_s=120.0)  # done at 920 s, past the timeout
-    followed = launcher(object(), target, clock).follow(
-        job.progress, reinvoke=job.reinvoke, poll_s=5, quiet_s=60,
-    )
+    followed = follow(target, clock, job.progress, reinvoke=job.reinvoke, poll_s=5, quiet_s=60)
     assert followed.restarts == job.reinvocations == 0
     assert clock.now >= 900
 
@@ -389,9 +439,8 @@ def test_follow_stops_when_no_worker_ever_reports(target: AwsTarget) -> None:
     clock = FakeClock()
     reinvoked: list[float] = []
     with pytest.raises(AwsLaunchError, match="CloudWatch"):
-        launcher(object(), target, clock).follow(
-            lambda: {"iteration": 0, "done": False}, reinvoke=lambda: reinvoked.append(1),
-        )
+        follow(target, clock, lambda: {"iteration": 0, "done": False},
+               reinvoke=lambda: reinvoked.append(1))
     assert reinvoked == []
     assert clock.now >= FUNCTION_TIMEOUT_S
 
@@ -411,17 +460,15 @@ def test_follow_stops_when_a_new_round_never_starts(target: AwsTarget) -> None:
         job.resumed_from = 87
 
     with pytest.raises(AwsLaunchError, match="no progress"):
-        launcher(object(), target, clock).follow(progress, reinvoke=reinvoke)
+        follow(target, clock, progress, reinvoke=reinvoke)
     assert restarts == 1
 
 
 def test_follow_bounds_the_number_of_rounds(target: AwsTarget) -> None:
     clock = FakeClock()
     job = FakeJob(clock, total=10_000)
-    with pytest.raises(AwsLaunchError, match="re-invoked 2 times"):
-        launcher(object(), target, clock).follow(
-            job.progress, reinvoke=job.reinvoke, max_restarts=2,
-        )
+    with pytest.raises(LaunchError, match="re-invoked 2 times"):
+        follow(target, clock, job.progress, reinvoke=job.reinvoke, max_restarts=2)
     assert job.reinvocations == 2
 
 
@@ -465,9 +512,10 @@ def test_run_aws_deploys_invokes_follows_and_cleans_up(client: Any, target: AwsT
         return {"iteration": min(iteration, 587), "done": iteration >= 587}
 
     report = run_aws(
-        PLAN, recorded, target, redis_url=REDIS_URL, job="job-run", channel_progress=progress,
-        channel_result=lambda: {"final_loss": 0.1, "test_accuracy": 0.95, "status": "ignored"},
-        sleep=clock.sleep, clock=clock,
+        PLAN, recorded, target, redis_url=REDIS_URL, job="job-run", channel=Channel(
+            progress,
+            result=lambda: {"final_loss": 0.1, "test_accuracy": 0.95, "status": "ignored"}),
+        following=following(clock),
     )
     assert report.status == "done" and report.backend == "aws"
     assert report.iterations == 587
@@ -496,10 +544,9 @@ def test_run_aws_reinvokes_every_rank_after_a_timed_out_round(
     job = FakeJob(clock, total=120)
     restarts: list[float] = []
 
-    def record_restart() -> int:
+    def record_restart() -> None:
         job.reinvoke()  # the fake workers resume from where they stopped
         restarts.append(clock.now)
-        return len(restarts)
 
     launched: list[float] = []
 
@@ -516,8 +563,8 @@ def test_run_aws_reinvokes_every_rank_after_a_timed_out_round(
 
     report = run_aws(
         PLAN, recorded, target, redis_url=REDIS_URL, job="job-restart",
-        channel_progress=job.progress, channel_result=lambda: None, channel_timings=timings,
-        record_restart=record_restart, sleep=clock.sleep, clock=clock, wall_clock=wall_clock,
+        channel=Channel(job.progress, timings=timings, on_restart=record_restart),
+        following=Following(sleep=clock.sleep, clock=Clock(monotonic=clock, wall=wall_clock)),
     )
     assert len(launched) == 2 and launched[1] == restarts[0]  # each round's invocation time
     assert report.startup_s == (4.0, 4.0) and report.time_to_first_iteration_s == 4.0
@@ -538,7 +585,7 @@ def test_run_aws_cleans_up_when_the_job_fails(client: Any, target: AwsTarget) ->
     clock = FakeClock()
     with pytest.raises(AwsLaunchError, match="no progress"):
         run_aws(PLAN, client, target, redis_url=REDIS_URL, job="job-stuck",
-                channel_progress=lambda: {"iteration": 0}, sleep=clock.sleep, clock=clock)
+                channel=Channel(lambda: {"iteration": 0}), following=following(clock))
     with pytest.raises(ClientError):
         client.get_function(FunctionName=target.function_name)
 

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from lambdadnn.cli import main
 
+pytestmark = pytest.mark.real  # torch (a launch loads the workload) and a redis-server
+
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lambdadnn-worker:latest"
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lambdadnn import Instance, InstanceError, evaluate, load_instance
+from lambdadnn import InputError, Instance, evaluate, load_instance
 from lambdadnn.models import performance
 from lambdadnn.models.noise import NoiseModel, planning_noise
 from lambdadnn.simulator import baselines
@@ -42,13 +42,8 @@ PATHS = sorted((ROOT / "instances").glob("*.yaml"))
 NOISE = NoiseModel()
 
 
-def _with_deadline(instance: Instance, deadline_s: float) -> Instance:
-    objective = dataclasses.replace(instance.objective, deadline_s=deadline_s)
-    return dataclasses.replace(instance, objective=objective)
-
-
 INSTANCES = [
-    _with_deadline(load_instance(path), deadline) for path in PATHS for deadline in (600, 1200)
+    load_instance(path).with_deadline(deadline) for path in PATHS for deadline in (600, 1200)
 ]
 IDS = [f"{i.name}-{i.objective.deadline_s:g}s" for i in INSTANCES]
 
@@ -106,7 +101,7 @@ def test_batch_is_no_per_job_strategy() -> None:
     """`lambdadnn-batch` plans the waiting jobs together: asking for it job by job is an
     error naming where it runs, never another planner in its place."""
     for name in (BATCH_NAME, HINDSIGHT_NAME):
-        with pytest.raises(InstanceError, match="no per-job planner"):
+        with pytest.raises(InputError, match="no per-job planner"):
             strategy(name)
 
 

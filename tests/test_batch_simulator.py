@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from lambdadnn import NoiseModel
+from lambdadnn.inputs.errors import InputError
 from lambdadnn.simulator.batch import DEFAULT_WINDOW_S, run_batch
 from lambdadnn.simulator.compare import compare
 from lambdadnn.simulator.pool import JobOutcome, run_trace
 from lambdadnn.simulator.strategies import strategy
-from lambdadnn.simulator.trace import Job, Loader, generate_trace
-from lambdadnn.solver.errors import InstanceError
+from lambdadnn.simulator.trace import generate_trace
+from lambdadnn.solver.trace_file import Job, Loader
 
 NOISE = NoiseModel()
 POOL = 40  # three or four of the shipped jobs at once
@@ -41,6 +42,7 @@ def _most_held(outcomes: list[JobOutcome]) -> int:
     return int(np.cumsum(change[order]).max())
 
 
+@pytest.mark.slow
 def test_batch_never_exceeds_the_pool(tight: tuple[list[Job], list[JobOutcome]]) -> None:
     _, outcomes = tight
     assert all(o.status == "ok" for o in outcomes)
@@ -69,6 +71,7 @@ def test_batch_outcomes_are_consistent(tight: tuple[list[Job], list[JobOutcome]]
         assert 1 <= o.functions <= POOL and o.cost_usd > 0
 
 
+@pytest.mark.slow
 def test_batch_is_deterministic_for_a_seed(tight: tuple[list[Job], list[JobOutcome]]) -> None:
     jobs, outcomes = tight
     assert run_batch(jobs, pool_size=POOL, noise=NOISE, seed=7) == outcomes
@@ -76,6 +79,7 @@ def test_batch_is_deterministic_for_a_seed(tight: tuple[list[Job], list[JobOutco
     assert [o.time_s for o in other] != [o.time_s for o in outcomes]
 
 
+@pytest.mark.slow
 def test_unlimited_pool_gives_every_job_its_own_plan() -> None:
     """Jobs arriving at an idle scheduler (two of them together) are planned at once, each
     with its whole deadline: with room for all, each gets `lambdadnn`'s plan and the same run
@@ -140,7 +144,7 @@ def test_a_job_with_no_valid_plan_never_starts() -> None:
 ])
 def test_bad_arguments_are_one_line_errors(field: str, value: object) -> None:
     arguments: dict[str, object] = {"pool_size": 10, "seed": 0, field: value}
-    with pytest.raises(InstanceError, match=f"`{field}`"):
+    with pytest.raises(InputError, match=f"`{field}`"):
         run_batch(_tight_trace(), noise=NOISE, **arguments)  # type: ignore[arg-type]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from hypothesis import given
 
 from lambdadnn import Instance, NoValidPlanError, deadline_crossings, load_instance, solve
 from lambdadnn.models.bounds import box
-from lambdadnn.models.performance import figures, parameter_values
+from lambdadnn.models.performance import figures
 from tests.oracle import Problem, around_deadline, brute_force, grid, read
 from tests.strategies import instance_mappings
 
@@ -22,7 +23,7 @@ SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.
 
 def instance_box(instance: Instance) -> Any:
     return box(
-        parameter_values(instance.parameters()), instance.platform.memory.values(),
+        instance.values(), instance.platform.memory.values(),
         max_functions=instance.max_functions, min_memory_mb=instance.min_memory_mb,
         deadline_s=instance.objective.deadline_s,
     )
@@ -114,8 +115,8 @@ def test_no_valid_plan_has_no_box() -> None:
     assert instance_box(mapping) is not None
     small = capped.platform.memory
     assert small.max_mb == 3008 and instance_box(capped) is not None
-    hopeless = Instance(**{**vars(mapping), "workload": type(mapping.workload)(
-        **{**vars(mapping.workload), "min_memory_mb": 20_000.0})})
+    hopeless = dataclasses.replace(
+        mapping, workload=dataclasses.replace(mapping.workload, min_memory_mb=20_000.0))
     assert instance_box(hopeless) is None
     with pytest.raises(NoValidPlanError, match=r"`workload\.min_memory_mb`"):
         solve(hopeless)
@@ -168,7 +169,7 @@ def test_closed_forms_solve_the_deadline_equation(mapping: dict[str, Any]) -> No
     if derived is None:
         assert brute_force(mapping).status == "none"
         return
-    values = parameter_values(instance.parameters())
+    values = instance.values()
     deadline = instance.objective.deadline_s
     m_max = derived.bounds.m_max
     crossings = [c.functions for c in deadline_crossings(instance, memory_mb=m_max)]

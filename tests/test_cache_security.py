@@ -208,6 +208,7 @@ def test_a_cache_swapped_just_before_every_open_never_runs_the_attackers_program
     assert compiled._read(scene.path, KEY) is not None  # the undone scene is the user's own
 
 
+@pytest.mark.slow
 def test_a_cache_swapped_by_a_racing_thread_never_runs_the_attackers_program(
     scene: Scene,
 ) -> None:

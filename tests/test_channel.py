@@ -12,6 +12,9 @@ import redis
 
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.channel import BarrierTimeoutError, ChannelError, ParameterChannel
+from tests.hang_guard import HANG_GUARD_S
+
+pytestmark = pytest.mark.real  # a redis-server
 
 SIZE = 50
 LR, MOMENTUM = 0.1, 0.9
@@ -41,7 +44,7 @@ def _exchange_all(
             pool.submit(c.exchange, rank, iteration, grads[rank], float(rank), stop=stops[rank])
             for rank, c in enumerate(channels)
         ]
-        return [f.result(timeout=30) for f in futures]
+        return [f.result(timeout=HANG_GUARD_S) for f in futures]
 
 
 def test_bsp_update_is_sgd_with_momentum_on_the_mean_gradient(client: redis.Redis) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -16,8 +15,9 @@ from lambdadnn.simulator.compare import compare, summarise
 from lambdadnn.simulator.defaults import MODEL_STRATEGY_NAMES
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.simulator.pool import JobOutcome
-from lambdadnn.simulator.trace import generate_trace, write_trace
+from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.solver.trace_file import write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "instances").glob("*.yaml"))
@@ -32,9 +32,7 @@ def test_guaranteed_plans_meet_the_deadline_in_simulation(path: str) -> None:
     """
     loose = load_instance(path)
     deadline = float(np.ceil(solve(loose).time_s))
-    instance = dataclasses.replace(
-        loose, objective=dataclasses.replace(loose.objective, deadline_s=deadline)
-    )
+    instance = loose.with_deadline(deadline)
     noise = NoiseModel()
     runs = 400
     for guarantee, most_misses in ((0.999, 4), (None, runs)):
@@ -70,6 +68,7 @@ def test_summary_arithmetic() -> None:
     assert report.mean_abs_prediction_error_s == pytest.approx((5 + 35) / 2)
 
 
+@pytest.mark.slow
 def test_every_strategy_on_the_same_jobs() -> None:
     jobs = generate_trace(24, seed=4)
     comparison = compare(jobs, MODEL_STRATEGY_NAMES, seed=4, noise=NoiseModel(),

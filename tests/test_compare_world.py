@@ -16,10 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from lambdadnn.cli import main
+from lambdadnn.inputs.errors import WorldFileError
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator.compare import compare, wilson
-from lambdadnn.simulator.trace import generate_trace, write_trace
+from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.simulator.worlds import load_world
+from lambdadnn.solver.trace_file import write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLDS = sorted((ROOT / "instances" / "worlds").glob("*.yaml"))
@@ -40,6 +43,7 @@ def _trace(tmp_path: Path, count: int = 5, seed: int = 2) -> Path:
     return path
 
 
+@pytest.mark.real
 def test_every_world_runs_the_eight_strategies_with_their_figures(tmp_path: Path) -> None:
     """Each shipped world: the JSON has every figure the issue names, for every strategy."""
     assert WORLDS, "instances/worlds/ ships worlds"
@@ -105,6 +109,15 @@ def test_world_only_strategies_and_mixed_truths_are_one_line_errors(tmp_path: Pa
         assert len(lines) == 1 and lines[0].startswith("error: "), err
         assert named in lines[0], (named, lines[0])
         assert "Traceback" not in err
+
+
+def test_a_bad_world_file_is_a_world_file_error(tmp_path: Path) -> None:
+    """The world's own `WorldError` reaches a caller as lambdadnn's `WorldFileError`."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("speed: 2\n", encoding="utf-8")
+    for source in (bad, tmp_path / "none.yaml"):
+        with pytest.raises(WorldFileError, match=r"^`--truth-file`: "):
+            load_world(source)
 
 
 def test_simulate_in_a_world_names_it_and_reports_every_job(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ from lambdadnn.solver.adaptive import (
 )
 from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
-from lambdadnn.solver.instance import Fit, FitParameter, Instance, load_instance
+from lambdadnn.solver.instance import Fit, FitParameter, Instance
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import evaluate
 from lambdadnn.solver.shipped import instances_folder
 

@@ -41,6 +41,8 @@ from lambdadnn.cli import main
 from lambdadnn.launcher.aws import AwsLaunchError, AwsTarget, required_policy
 from lambdadnn.launcher.stack import OUTPUTS, StackError, stack_outputs, template
 
+pytestmark = pytest.mark.real  # a moto server and cfn-lint's process
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "deploy" / "stack.yaml"
 REGION = "us-east-1"

@@ -100,6 +100,7 @@ def test_slug_matches_githubs_anchors() -> None:
     assert slug("See [MODEL.md](docs/MODEL.md) **now**") == "see-modelmd-now"
 
 
+@pytest.mark.real
 def test_broken_links_finds_a_missing_file_an_ignored_image_and_a_bad_anchor(
     tmp_path: Path,
 ) -> None:
@@ -118,11 +119,13 @@ def test_broken_links_finds_a_missing_file_an_ignored_image_and_a_bad_anchor(
     ]
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("page", _pages(), ids=lambda page: page.name)
 def test_every_relative_link_and_image_resolves(page: Path) -> None:
     assert broken_links(page, page.read_text(encoding="utf-8"), _carried()) == []
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("page", _pages(), ids=lambda page: page.name)
 def test_every_page_named_in_prose_exists(page: Path) -> None:
     """`DESIGN.md` written as plain text is as broken as a link to it: a `X.md` a page names

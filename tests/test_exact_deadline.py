@@ -7,7 +7,6 @@ gave `SolverError: re-check failed` or a false "infeasible … move the deadline
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,7 @@ def assert_met_exactly(instance: Instance | dict[str, Any], functions: int, memo
     finds an optimum within that deadline exactly (never infeasible, never a SolverError)."""
     deadline = evaluate(instance, functions=functions, memory_mb=memory_mb).time_s
     loaded = load_instance(instance)
-    at_deadline = dataclasses.replace(
-        loaded, objective=dataclasses.replace(loaded.objective, deadline_s=deadline)
-    )
+    at_deadline = loaded.with_deadline(deadline)
     plan_there = evaluate(at_deadline, functions=functions, memory_mb=memory_mb)
     assert plan_there.feasible, plan_there.violations
     plan = solve(instance, deadline_s=deadline, **options)

@@ -21,7 +21,7 @@ from lambdadnn.models.errors import DerivationError
 from lambdadnn.models.noise import NoiseModel, planning_noise
 from lambdadnn.simulator.engine import simulate_job
 from lambdadnn.solver.errors import NoValidPlanError
-from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import _evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +107,7 @@ def test_a_crash_rate_excludes_the_plans_that_never_finish_from_the_fastest() ->
     assert plan.status == "infeasible" and np.isfinite(plan.deadline_time_s)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["t_crashes", "t_crashes_quantile"])
 def test_the_derivation_refuses_a_crash_loss_it_did_not_prove(
     monkeypatch: pytest.MonkeyPatch, name: str
@@ -132,7 +133,7 @@ def test_the_guaranteed_crash_loss_is_the_documented_bound(
     noise = NoiseModel(failure_rate_per_hour=rate)
     terms = planning_noise(noise, guarantee, instance.max_functions)
     quiet = planning_noise(NoiseModel(), guarantee, instance.max_functions)
-    values = performance.parameter_values(instance.parameters())
+    values = instance.values()
     names = ("deadline_time", "iterations", "t_comp_total", "t_comm_total")
     crashing = performance.figures(values, functions, memory_mb, names, terms)
     calm = performance.figures(values, functions, memory_mb, names, quiet)

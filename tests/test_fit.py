@@ -146,6 +146,7 @@ def test_the_fit_recovers_known_parameters_within_their_errors(
         assert abs(estimate - value) <= 5 * stderr, (name, estimate, value, stderr)
 
 
+@pytest.mark.slow
 def test_the_standard_errors_are_calibrated() -> None:
     """Over 200 noisy repetitions, ±2 standard errors cover the true value about 95% of the
     time (Student's t at the design's spare trials): errors neither too small nor too large."""

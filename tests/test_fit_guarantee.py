@@ -310,6 +310,7 @@ def _share(instance: Instance, planned_on: Instance, noise: NoiseModel, p: float
     return hits, summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("make", "noise", "p", "correlation", "runs"),
                          [case[1:] for case in SAMPLED], ids=[case[0] for case in SAMPLED])
 def test_a_profiled_plan_meets_its_deadline_over_the_fit_and_the_noise(
@@ -329,6 +330,7 @@ def test_a_profiled_plan_meets_its_deadline_over_the_fit_and_the_noise(
     assert hits >= least_hits(runs, p), summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("make", "noise", "p", "correlation", "runs"),
                          [case[1:] for case in SAMPLED], ids=[case[0] for case in SAMPLED])
 def test_the_sampler_fails_a_plan_that_ignores_the_fit(
@@ -343,6 +345,7 @@ def test_the_sampler_fails_a_plan_that_ignores_the_fit(
     assert hits < least_hits(runs, p), summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [0.9, 0.95])
 def test_the_sampler_fails_a_plan_that_ignores_the_spread(p: float) -> None:
     """With the parameters' errors covered but not the trials' spread about the fit (the same

@@ -32,6 +32,7 @@ from lambdadnn.launcher.fit import (
     Trial,
     _covariance,
     _huber_scale,
+    _judged,
     _no_error,
     _robust_covariance,
     fit_trials,
@@ -39,7 +40,8 @@ from lambdadnn.launcher.fit import (
 from lambdadnn.launcher.profile import _top_memory, profile_workload
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 from lambdadnn.solver.fit_uncertainty import RUN_SPREAD
-from lambdadnn.solver.instance import MAX_NOTE_CHARS, load_instance
+from lambdadnn.solver.instance import MAX_FIT_NUMBER, MAX_NOTE_CHARS
+from lambdadnn.solver.instance_yaml import load_instance
 from tests.test_fit import BATCH, BOUNDS, CAPACITY, GRID, MODEL_MB, TRUTH, Truth, trials
 from tests.test_profile import SIZES, fake_runner
 
@@ -378,6 +380,7 @@ def fake_local(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda **_: fake_runner(DWARFED, 0.02, 1, []))
 
 
+@pytest.mark.real
 def test_the_console_lists_what_would_identify_the_rest(
     fake_local: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
 ) -> None:
@@ -390,6 +393,7 @@ def test_the_console_lists_what_would_identify_the_rest(
     assert "add trials at n = 1 near 442, 884 and 1,769 MB" in listed
 
 
+@pytest.mark.real
 def test_the_console_marks_a_trial_left_out(
     fake_local: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
 ) -> None:
@@ -403,6 +407,7 @@ def test_the_console_marks_a_trial_left_out(
     assert len(marked) == 1 and marked[0].endswith("left out: 1-minute load average 9.00 above 4")
 
 
+@pytest.mark.real
 def test_the_cli_refuses_a_profile_under_load_in_one_line(
     fake_local: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
 ) -> None:
@@ -467,3 +472,26 @@ def test_the_fit_records_the_correlation_of_rs_errors_only_when_both_are_identif
                       * (1 + 0.03 * rng.standard_normal()))
               for t in trials(TRUTH, seed=0, noise=0.0)]
     assert fitted(loaded).rate_correlation is None
+
+
+@pytest.mark.parametrize("stderr", [3.4e13, math.inf, math.nan])
+def test_a_parameter_known_only_with_another_is_not_identified(stderr: float) -> None:
+    """What two parameters feed may be known while each alone is not (they trade off): an AWS
+    profile on a loaded machine gave one a standard error of 3.4e13, which the loader refuses,
+    so the profile it had just measured would not load. Such a parameter is not identified,
+    its note says why and names the trials, and it is written with no standard error; its
+    partner, known alone, stays identified; an error the loader takes is kept."""
+    needs = (Point(1, 442),)
+    estimates = _judged(("a", "b"), np.array([0.002, 300.0]), [stderr, 10.0], "the exchange",
+                        (0.1, "n = 1"), needs, "per exchange")
+    alone, partner = estimates["a"], estimates["b"]
+    assert not alone.identified and alone.to_dict()["stderr"] is None
+    why = ("is not finite" if not math.isfinite(stderr)
+           else "its own standard error, 3.4e+13, is beyond 1e+12")
+    assert why in alone.note and alone.note.endswith("add a trial at n = 1 near 442 MB")
+    assert alone.needs == needs
+    assert partner.identified and partner.stderr == 10.0
+    kept = _judged(("a",), np.array([0.002]), [MAX_FIT_NUMBER], "the exchange",
+                   (0.1, "n = 1"), needs, "per exchange")["a"]
+    assert kept.identified and kept.stderr == MAX_FIT_NUMBER
+    assert_sensible(estimates)

@@ -49,6 +49,7 @@ def identifiable(draw: st.DrawFn) -> tuple[float, float, float]:
     return draw(st.floats(0.02, min(0.2, 0.4 / shape))), shape, draw(st.floats(0.03, 0.1))
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(parameters=identifiable(), seed=st.integers(0, 2**32 - 1))
 def test_fit_recovers_the_straggler_parameters(parameters: tuple[float, float, float],

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from lambdadnn.solver import frontier as frontier_module
-from lambdadnn.solver.frontier import deadline_range, frontier, plot
+from lambdadnn import plot as plot_module
+from lambdadnn.plot import plot_frontier
+from lambdadnn.solver.frontier import deadline_range, frontier
 from lambdadnn.solver.shipped import instances_folder, names
 
 SHIPPED = sorted(names(instances_folder()))
@@ -24,9 +25,9 @@ def _rendered_labels(
     plans = frontier(instance, [start + (stop - start) * i / (points - 1)
                                 for i in range(points)])
     seen: dict[str, Any] = {}
-    save = frontier_module.save_plot
+    save = plot_module.save_figure
 
-    def capture(figure: Any, path: Path) -> Path:
+    def capture(figure: Any, path: Path, *, option: str) -> Path:
         figure.tight_layout()  # what the save does first, so extents are the image's
         renderer = figure.canvas.get_renderer()
         figure.draw(renderer)
@@ -34,10 +35,10 @@ def _rendered_labels(
         seen["labels"] = [text.get_window_extent(renderer) for text in axes.texts]
         seen["texts"] = [text.get_text() for text in axes.texts]
         seen["axes"] = axes.get_window_extent(renderer)
-        return save(figure, path)
+        return save(figure, path, option=option)
 
-    monkeypatch.setattr(frontier_module, "save_plot", capture)
-    plot(plans, tmp_path / f"{instance}.png")
+    monkeypatch.setattr(plot_module, "save_figure", capture)
+    plot_frontier(plans, tmp_path / f"{instance}.png")
     shown = [f"{p.functions}×{p.memory_mb}" for p in plans if p.status == "optimal"]
     assert set(seen["texts"]) <= set(shown)
     return seen["labels"], seen["texts"], seen["axes"], shown

@@ -185,6 +185,7 @@ def test_least_hits_is_the_binomial_tail() -> None:
         assert below(h) <= 1e-4 < below(h + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "noise", "p", "runs"), [case[1:] for case in SAMPLED_CASES],
     ids=[case[0] for case in SAMPLED_CASES],

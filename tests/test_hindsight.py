@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,7 @@ def worlds(draw: st.DrawFn) -> World:
     return World.from_mapping(mapping)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=worlds(), seed=st.integers(0, 10_000))
 def test_hindsight_dominates_every_static_strategy(world: World, seed: int) -> None:
@@ -117,7 +119,7 @@ def test_hindsight_meets_the_same_luck_as_the_strategies() -> None:
     world where every run differs (stragglers, drift, crashes)."""
     import dataclasses
 
-    from lambdadnn.simulator.trace import Job
+    from lambdadnn.solver.trace_file import Job
 
     base = _jobs(0, count=1)[0].instance
     grid = dataclasses.replace(base.platform.memory, min_mb=3008, max_mb=3008)

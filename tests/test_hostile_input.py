@@ -29,19 +29,13 @@ from hypothesis import strategies as st
 
 from lambdadnn import evaluate, load_instance, solve
 from lambdadnn.cli import main
+from lambdadnn.inputs.files import brief
 from lambdadnn.models.noise import NoiseModel
+from lambdadnn.plot import PlotError, plot_frontier
 from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.frontier import plot
-from lambdadnn.solver.inputs import brief
-from lambdadnn.solver.instance import (
-    MAX_MEGABYTES,
-    MAX_PRICE_USD,
-    MAX_RATE,
-    MAX_SECONDS,
-    MAX_YAML_DEPTH,
-    MAX_YAML_VALUES,
-    Instance,
-)
+from lambdadnn.solver.instance import MAX_MEGABYTES, MAX_PRICE_USD, MAX_RATE, MAX_SECONDS, Instance
+from lambdadnn.solver.instance_yaml import MAX_YAML_DEPTH, MAX_YAML_VALUES
+from tests.hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 MOBILENET = ROOT / "instances" / "mobilenet-cifar10.yaml"
@@ -67,8 +61,8 @@ def error_of(source: Any) -> str:
 def cli(*args: str, stdout: Any = subprocess.PIPE) -> tuple[int, str, str]:
     """`lambdadnn ARGS` in a subprocess; the timeout only guards against a hang."""
     done = subprocess.run(
-        [str(LAMBDADNN), *args], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60,
-        cwd=ROOT,
+        [str(LAMBDADNN), *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+        timeout=HANG_GUARD_S, cwd=ROOT,
     )
     return done.returncode, done.stdout or "", done.stderr
 
@@ -98,6 +92,7 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
 # --- YAML that expands, repeats or overflows ------------------------------------------------
 
 
+@pytest.mark.real
 def test_alias_bomb_is_refused_by_the_cli(tmp_path: Path) -> None:
     """About 500 bytes expanding to 9^9 values: one line, no hang, no gigabytes (it once took
     more than 60 s and 1.6 GB in `repr` of the expanded value)."""
@@ -213,6 +208,7 @@ def special_files(folder: Path) -> dict[str, Path]:
             "fifo": fifo, "50 MB": big, "symlink loop": loop}
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("kind", ["/dev/zero", "/dev/urandom", "fifo", "50 MB", "symlink loop"])
 def test_special_file_as_the_instance(tmp_path: Path, kind: str) -> None:
     """Read whole, /dev/zero ran out of memory and a FIFO blocked forever; a symlink loop was
@@ -221,6 +217,7 @@ def test_special_file_as_the_instance(tmp_path: Path, kind: str) -> None:
     assert_one_line_error(*cli("validate", str(path)))
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "50 MB", "symlink loop"])
 def test_special_file_as_the_platform(tmp_path: Path, kind: str) -> None:
     """A platform named in an instance is read beside it with the same bounds."""
@@ -238,6 +235,7 @@ def test_special_file_as_the_platform(tmp_path: Path, kind: str) -> None:
 SHADOW = f"root:$6${SECRET}$abcdef:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(
     "text",
     [
@@ -318,6 +316,7 @@ def test_absurd_magnitudes_name_the_field(section: str, key: str, cap: float) ->
     assert isinstance(load_instance(with_value(section, key, cap)), Instance)
 
 
+@pytest.mark.real
 def test_absurd_magnitude_in_a_file_is_named_by_the_cli(tmp_path: Path) -> None:
     text = MOBILENET.read_text().replace("model_size_mb: 18", "model_size_mb: 1.0e+100")
     code, out, err = cli("solve", str(write(tmp_path, text)))
@@ -411,6 +410,7 @@ def test_json_output_is_strict_json(tmp_path: Path) -> None:
     assert payload["time_breakdown"]["load_s"] > 0  # finite figures are kept
 
 
+@pytest.mark.real
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
 @pytest.mark.parametrize(
     "args",
@@ -426,6 +426,7 @@ def test_full_disk_is_one_line(args: list[str]) -> None:
     assert_one_line_error(code, "", err, "No space left on device")
 
 
+@pytest.mark.real
 def test_closed_pipe_exits_quietly() -> None:
     """`lambdadnn ... | head -1`: a reader that went away is no error worth a message."""
     process = subprocess.Popen(
@@ -435,7 +436,7 @@ def test_closed_pipe_exits_quietly() -> None:
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # before the command, which takes a moment to start, writes
     err = process.stderr.read().decode()
-    assert process.wait(timeout=60) == 1 and err == ""
+    assert process.wait(timeout=HANG_GUARD_S) == 1 and err == ""
 
 
 # --- frontier --plot ------------------------------------------------------------------------
@@ -476,15 +477,15 @@ def test_plot_without_suffix_reports_the_file_written(tmp_path: Path) -> None:
 def test_plot_into_a_full_disk_is_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A full disk while saving leaves one InstanceError and no truncated image."""
+    """A full disk while saving leaves one PlotError and no truncated image."""
 
     def full(self: matplotlib.figure.Figure, path: Path, **_: Any) -> None:
         Path(path).write_bytes(b"\x89PNG partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
-    with pytest.raises(InstanceError) as caught:
-        plot([], tmp_path / "frontier.svg")
+    with pytest.raises(PlotError) as caught:
+        plot_frontier([], tmp_path / "frontier.svg")
     assert "`--plot`" in str(caught.value) and "No space left" in str(caught.value)
     assert not (tmp_path / "frontier.svg").exists()
 

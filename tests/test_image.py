@@ -32,9 +32,9 @@ from lambdadnn.launcher.image import (
     dockerfile,
 )
 from lambdadnn.solver.instance import ARCHITECTURES
+from tests.hang_guard import HANG_GUARD_S
 from tests.test_packaging import wheel  # noqa: F401  (the fixture: a wheel of the sources)
 
-HANG_GUARD_S = 120
 LAMBDA_BASE = "public.ecr.aws/lambda/python"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 USER_MODULE = '''"""A user's own workload: the factory contract, in a module of their project."""
@@ -121,6 +121,7 @@ def test_dockerfile_builds_on_the_lambda_base_with_cpu_torch_and_the_handler() -
     assert parsed[-1] == ("CMD", json.dumps([HANDLER]))
 
 
+@pytest.mark.real
 def test_the_image_installs_every_package_the_worker_imports() -> None:
     """Each third-party module imported by the lambdadnn modules a worker loads (training a
     shipped workload) is installed by the Dockerfile's pip lines."""
@@ -167,6 +168,7 @@ def test_the_dockerfile_ships_in_the_wheel(wheel: Path) -> None:  # noqa: F811
 
 # -- the build context ---------------------------------------------------------------------------
 
+@pytest.mark.real
 def test_context_holds_a_complete_worker_and_the_users_workload(
     project: Path, tmp_path: Path
 ) -> None:
@@ -301,6 +303,7 @@ def test_image_context_writes_the_context_and_says_how_to_build_it(
     assert (context / "workloads" / "mynet.py").read_text() == USER_MODULE
 
 
+@pytest.mark.real
 def test_image_build_runs_docker_for_the_architecture(fake_docker: Path) -> None:
     tag = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lambdadnn-worker:v1"
     code, out, err = run("image", "--build", "--tag", tag, "--architecture", "arm64")
@@ -313,6 +316,7 @@ def test_image_build_runs_docker_for_the_architecture(fake_docker: Path) -> None
     assert out.startswith(f"built {tag} for arm64;")
 
 
+@pytest.mark.real
 def test_image_build_defaults_to_x86_64_and_keeps_a_given_context(
     fake_docker: Path, tmp_path: Path
 ) -> None:
@@ -324,6 +328,7 @@ def test_image_build_defaults_to_x86_64_and_keeps_a_given_context(
     assert (context / "Dockerfile").read_text() == dockerfile()
 
 
+@pytest.mark.real
 def test_image_build_reports_dockers_failure_in_one_line(
     fake_docker: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

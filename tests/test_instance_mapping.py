@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.instance import Instance, instance_mapping, load_instance
+from lambdadnn.solver.instance import Instance, instance_mapping
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import solve
 from tests.strategies import instance_mappings
 

@@ -10,27 +10,28 @@ from hypothesis import strategies as st
 
 from lambdadnn import Submission, solve_many
 from lambdadnn.simulator.trace import generate_trace
-from lambdadnn.solver import timetable
+from lambdadnn.solver import columns, timetable
 from lambdadnn.solver.lagrange import lagrangian_bound
 from lambdadnn.solver.many import _submissions
 from lambdadnn.solver.options import options
 
 
 def _model(jobs: int, seed: int, rate: float, concurrency: int, slot: float) -> tuple[
-    timetable.Columns, list[timetable.Task], np.ndarray, np.ndarray
+    columns.Columns, list[columns.Task], np.ndarray, np.ndarray
 ]:
     trace = generate_trace(jobs, seed=seed, rate_per_s=rate)
     submitted = _submissions([Submission(job.instance, submit_s=job.submit_time_s,
                                          deadline_s=job.deadline_s) for job in trace])
-    tasks = [timetable.Task(job.submit_s, job.submit_s + job.deadline_s, options(
+    tasks = [columns.Task(job.submit_s, job.submit_s + job.deadline_s, options(
         job.instance, guarantee=None, noise=None, max_functions=concurrency,
         slowest_s=job.deadline_s)) for job in submitted]
     t0 = min(task.submit_s for task in tasks)
-    cols = timetable.columns(tasks, t0=t0, slot=slot)
+    cols = columns.columns(tasks, t0=t0, slot=slot)
     free = np.full(int(cols.stop.max()), float(concurrency))
     return cols, tasks, timetable.penalties(tasks), free
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), jobs=st.integers(5, 40),
        rate=st.sampled_from([0.005, 0.02, 0.15]), concurrency=st.sampled_from([30, 100, 400]),
@@ -58,6 +59,7 @@ def test_the_bound_lies_between_its_start_and_the_lp_relaxation(
     assert preference.shape == (len(cols),)
 
 
+@pytest.mark.slow
 def test_an_overloaded_pool_gets_a_bound_near_the_lp() -> None:
     """On 300 jobs crowding a pool of 100 the floor is 86% below the greedy schedule; the
     prices close all but a sliver of the way to the LP relaxation's bound."""
@@ -72,6 +74,7 @@ def test_an_overloaded_pool_gets_a_bound_near_the_lp() -> None:
     assert (relaxed - bound) < 0.01 * (relaxed - floor)
 
 
+@pytest.mark.slow
 def test_a_skipped_model_is_measured_against_the_prices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -16,6 +16,8 @@ from lambdadnn.cli import main
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction
 from lambdadnn.launcher.timings import summarise
 
+pytestmark = pytest.mark.real  # local launches: a redis-server and torch workers
+
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lambdadnn-worker:latest"
 
@@ -89,22 +91,22 @@ def test_print_policy_names_the_actions() -> None:
 def test_aws_backend_is_wired_to_the_channel(
     plan_file: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The CLI hands run_aws the channel's progress, result and restart hooks."""
+    """The CLI hands run_aws the job's channel: its progress, result, timings and restarts."""
     seen: dict[str, Any] = {}
 
     def fake_run_aws(
         spec: LaunchSpec, client: Any, target: Any, **kwargs: Any
     ) -> LaunchReport:
         seen.update(kwargs, target=target, spec=spec)
-        progress = kwargs["channel_progress"]()
-        workload = kwargs["worker_settings"]["workload"]
+        progress = kwargs["channel"].progress()
+        workload = kwargs["options"].workload
         return LaunchReport.of(spec, backend="aws", workload=workload,
                                iterations=progress["iteration"], restarts=0, wall_time_s=1.0,
                                result={"final_loss": 0.1, "test_accuracy": 0.95},
                                runs_on="a fake",
                                prediction=Prediction.of(spec, backend="aws", workload=workload,
                                                         timeout_s=900, timeout_margin_s=30),
-                               timings=summarise(kwargs["channel_timings"](), [0.0]))
+                               timings=summarise(kwargs["channel"].timings(), [0.0]))
 
     monkeypatch.setattr(lambdadnn.launcher.aws, "run_aws", fake_run_aws)
     code, out, err = run("launch", str(plan_file), "--backend", "aws", "--role-arn", ROLE,
@@ -114,8 +116,8 @@ def test_aws_backend_is_wired_to_the_channel(
     assert code == 0, err
     assert seen["redis_url"] == redis_url and seen["target"].role_arn == ROLE
     assert seen["target"].image_uri == IMAGE
-    assert callable(seen["channel_result"]) and callable(seen["record_restart"])
-    assert callable(seen["channel_timings"])
+    assert callable(seen["channel"].result) and callable(seen["channel"].record_restart)
+    assert callable(seen["channel"].timings)
     assert seen["spec"].functions == 2 and seen["spec"].iterations == 120
     assert json.loads(out)["status"] == "done" and json.loads(out)["workload"] == "digits-mlp"
 

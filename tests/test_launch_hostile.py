@@ -33,6 +33,9 @@ from lambdadnn.cli import main
 from lambdadnn.launcher.local import CGROUP_ROOT, MAX_LOCAL_FUNCTIONS, sweep_cgroups
 from lambdadnn.launcher.spec import LaunchSpec, read_plan
 from lambdadnn.models.errors import LambdaDnnError
+from tests.hang_guard import HANG_GUARD_S
+
+pytestmark = pytest.mark.real  # torch (a launch loads the workload), launches and their processes
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 PLAN_KEYS = ("functions", "memory_mb", "local_batch", "iterations", "time_s", "status",
@@ -296,7 +299,7 @@ def test_missing_torch_in_a_fresh_process_is_one_line(
     code = ("import sys; sys.modules['torch'] = None; from lambdadnn.cli import main; "
             f"main(['launch', {str(path)!r}])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=HANG_GUARD_S)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "needs torch" in done.stderr and "Traceback" not in done.stderr
 
@@ -395,7 +398,7 @@ def _cmdline(pid: int) -> bytes:
 
 def _training(root: int) -> tuple[set[int], list[Path]]:
     """Wait until the launch under `root` trains; its processes and its job's cgroup dirs."""
-    deadline = time.monotonic() + 240  # a hang guard: torch's import on a loaded machine
+    deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
         pids = _descendants(root)
         servers = [p for p in pids if b"redis-server" in _cmdline(p)]
@@ -431,7 +434,7 @@ def launched() -> Iterator[list[subprocess.Popen[str]]]:
         if process.poll() is None:  # a failed test: the launch's own clean-up first
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=60)
+                process.wait(timeout=HANG_GUARD_S)
         for pid in _descendants(process.pid) | {process.pid}:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -445,7 +448,7 @@ def _launch(long_plan: Path, prefix: list[str]) -> subprocess.Popen[str]:
 
 
 def _assert_gone(pids: set[int], groups: list[Path]) -> None:
-    deadline = time.monotonic() + 30  # a hang guard: reparented zombies are reaped at once
+    deadline = time.monotonic() + HANG_GUARD_S  # reparented zombies are reaped at once
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in pids if _alive(pid)]
@@ -464,7 +467,7 @@ def test_a_signal_cleans_up_every_process_and_cgroup(
     launched.append(process)
     pids, groups = _training(process.pid)
     process.send_signal(signal.Signals[name])  # `timeout` passes it on to the launch
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=HANG_GUARD_S)
     assert process.returncode == 128 + signal.Signals[name]
     assert err == f"error: launch stopped by {name}; it left no process or cgroup behind\n"
     _assert_gone(pids - {process.pid}, groups)
@@ -477,11 +480,11 @@ def test_a_killed_launcher_takes_its_processes_with_it(
     launched.append(process)
     pids, groups = _training(process.pid)
     process.kill()
-    process.communicate(timeout=120)
+    process.communicate(timeout=HANG_GUARD_S)
     try:
         _assert_gone(pids - {process.pid}, [])  # SIGKILL runs no clean-up: the kernel does
     finally:  # its empty cgroups remain: the next launch's sweep removes them
-        deadline = time.monotonic() + 30  # a hang guard: a killed worker's threads exit last
+        deadline = time.monotonic() + HANG_GUARD_S  # a killed worker's threads exit last
         while any(group.exists() for group in groups) and time.monotonic() < deadline:
             for group in groups:
                 sweep_cgroups(group.parent)

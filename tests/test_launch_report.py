@@ -18,7 +18,7 @@ from lambdadnn.cli import _IterationBar, _launch_text, main
 from lambdadnn.launcher.local import CpuCap
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction
 from lambdadnn.launcher.timings import RunTimings, summarise
-from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import solve
 from lambdadnn.solver.prediction import predict_run
 
@@ -206,6 +206,7 @@ def test_throttled_share_sums_the_workers_cpu_stat(tmp_path: Path) -> None:
 # -- one real short run ------------------------------------------------------------------------
 
 
+@pytest.mark.real
 def test_a_short_local_launch_reports_its_prediction_and_timings(
     tmp_path: Path, redis_url: str
 ) -> None:
@@ -235,6 +236,7 @@ class _Context:
         return 600_000
 
 
+@pytest.mark.real
 def test_a_worker_records_its_last_update_before_its_checkpoint(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,6 +35,9 @@ from lambdadnn.cli import main
 from lambdadnn.launcher.channel import BarrierTimeoutError, ParameterChannel
 from lambdadnn.launcher.local import CGROUP_ROOT, Interrupted, cap_cpu, redis_server, run_local
 from lambdadnn.launcher.spec import read_plan
+from tests.hang_guard import HANG_GUARD_S
+
+pytestmark = pytest.mark.real  # launches with a redis-server and torch workers
 
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 
@@ -296,12 +299,12 @@ def full_redis_launch(plan: Path) -> Iterator[Any]:
                 [lambdadnn, *options, "launch", str(endless), "--redis-url", url, "--json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             started.append(process)
-            guard = time.monotonic() + 240  # a hang guard: torch's import on a loaded machine
+            guard = time.monotonic() + HANG_GUARD_S
             while _state_iteration(client) < 1 and process.poll() is None:
                 assert time.monotonic() < guard, "the launch did not start training"
                 time.sleep(0.1)
             client.config_set("maxmemory", 1)  # below what it uses: every write is refused
-            _out, err = process.communicate(timeout=300)
+            _out, err = process.communicate(timeout=HANG_GUARD_S)
             return process.returncode, err
 
     yield launch_until_full

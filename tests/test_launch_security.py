@@ -34,6 +34,9 @@ from lambdadnn.cli import main
 from lambdadnn.launcher.channel import ParameterChannel, UnrecoverableError
 from lambdadnn.launcher.local import redis_server, run_local
 from lambdadnn.launcher.spec import LaunchSpec, RunFailed
+from tests.hang_guard import HANG_GUARD_S
+
+pytestmark = pytest.mark.real  # launches with a redis-server and torch workers
 
 SPEC = LaunchSpec(functions=2, memory_mb=512, local_batch=32, iterations=5, time_s=60.0,
                   restarts=0, platform="aws-lambda-x86_64", architecture="x86_64")
@@ -81,9 +84,9 @@ def test_the_launchers_redis_has_no_tcp_port_and_a_private_socket_folder() -> No
 def test_another_user_cannot_connect_to_the_launchers_redis() -> None:
     with redis_server() as url:
         ping = [str(shutil.which("redis-cli")), "-s", urlparse(url).path, "ping"]
-        ours = subprocess.run(ping, capture_output=True, text=True, timeout=60)
-        theirs = subprocess.run(ping, capture_output=True, text=True, timeout=60, user=65534,
-                                group=65534, cwd="/")
+        ours = subprocess.run(ping, capture_output=True, text=True, timeout=HANG_GUARD_S)
+        theirs = subprocess.run(ping, capture_output=True, text=True, timeout=HANG_GUARD_S,
+                                user=65534, group=65534, cwd="/")
     assert ours.stdout.strip() == "PONG", (ours.stdout, ours.stderr)
     assert "PONG" not in theirs.stdout and "Permission denied" in theirs.stdout + theirs.stderr
 
@@ -134,7 +137,7 @@ def _worker_pids() -> list[int]:
 def _wait_dead(pid: int) -> None:
     """Until `pid` is a zombie whose every thread has exited (or gone): it writes nothing more
     to Redis after that. (Its main thread turns zombie first, while torch's still exit.)"""
-    guard = time.monotonic() + 60  # a hang guard, not a limit on the test
+    guard = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < guard:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -22,7 +22,8 @@ from lambdadnn.simulator.ldnn_alg1 import (
     n_lower,
     n_upper,
 )
-from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.instance_yaml import load_instance
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTANCE_PATHS = sorted((ROOT / "instances").glob("*.yaml"))

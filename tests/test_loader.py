@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lambdadnn.solver.errors import InstanceError, LambdaDnnError
-from lambdadnn.solver.instance import Instance, Limits, load_instance
+from lambdadnn.solver.instance import Instance, Limits
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import solve
 from tests.strategies import (
     arbitrary_mappings,

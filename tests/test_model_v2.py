@@ -29,11 +29,10 @@ from hypothesis import strategies as st
 from lambdadnn.cli import main
 from lambdadnn.models import equations
 from lambdadnn.models import performance as model
-from lambdadnn.models.compiled import program
 from lambdadnn.models.derivation import facts, generate
 from lambdadnn.models.errors import DerivationError
 from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import evaluate, solve
 from tests.by_hand import by_hand
 from tests.strategies import instance_mappings
@@ -144,11 +143,11 @@ def test_v1_instances_keep_their_figures_to_the_last_bit() -> None:
     )
     names = tuple(figures)
     function = v1.function(names)
-    compiled = program()
+    compiled = model.program()
     # the noise terms too (no failures: their terms as in the exact model)
     noise = (1.1, 0.02, 0.03, 1.6, 0.8, 2.5, *compiled.exact[6:])
     for path in SHIPPED:
-        values = model.parameter_values(load_instance(path).parameters())
+        values = load_instance(path).values()
         n = np.arange(1, 400, dtype=float)[:, None]
         m = np.arange(128, 10241, 37, dtype=float)[None, :]
         for terms in (compiled.exact, noise):

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from lambdadnn import load_instance
 from lambdadnn.models import equations
 from lambdadnn.models import performance as model
-from lambdadnn.models.compiled import program
 from lambdadnn.models.derivation import facts
 from lambdadnn.models.errors import DerivationError
 from tests.by_hand import by_hand
@@ -49,7 +48,7 @@ def test_breakdowns_add_up_to_totals() -> None:
 
 def test_each_figure_set_is_compiled_once() -> None:
     names = ("time", "cost")
-    assert program().function(names) is program().function(names)
+    assert model.program().function(names) is model.program().function(names)
 
 
 def bits(value: Any) -> bytes:
@@ -66,7 +65,7 @@ def test_a_figure_is_the_same_to_the_last_bit_however_it_is_computed(
     compiled apart and the copies differed by 1-2 ulp: a deadline equal to a plan's time
     made it infeasible in one place and feasible in another."""
     instance = load_instance(mapping)
-    values = model.parameter_values(instance.parameters())
+    values = instance.values()
     memory = instance.platform.memory.values()
     n = data.draw(st.integers(1, instance.max_functions), label="n")
     j = data.draw(st.integers(0, len(memory) - 1), label="memory index")
@@ -87,7 +86,7 @@ def test_a_figure_is_the_same_to_the_last_bit_however_it_is_computed(
 
 def test_facts_prove_every_regime_and_solve_the_thresholds() -> None:
     proved = facts()
-    assert proved.regimes_proved == program().regimes_proved == 16
+    assert proved.regimes_proved == model.program().regimes_proved == 16
     assert sp.simplify(proved.rate_root + equations.beta1 / equations.alpha1) == 0
     assert sp.simplify(
         proved.storage_cap - (equations.B_s - equations.beta2) / equations.alpha2

@@ -23,8 +23,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.instance_yaml import load_instance
 from tests.by_hand import hand, problem_of
+from tests.hang_guard import HANG_GUARD_S
 from tests.oracle import COST_TIE, OracleAnswer, Problem, brute_force, grid, read
 from tests.strategies import instance_mappings
 
@@ -313,6 +315,7 @@ def test_answer_is_the_grid_optimum(mapping: dict[str, Any]) -> None:
 # --- independence: the oracle reads the YAML itself and shares no code with the package --------
 
 
+@pytest.mark.real
 def test_oracle_imports_nothing_from_the_package() -> None:
     """tests/oracle.py names no `lambdadnn` module, and importing it loads none."""
     source = Path(__file__).with_name("oracle.py")
@@ -329,7 +332,7 @@ def test_oracle_imports_nothing_from_the_package() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", check], cwd=source.parent.parent, capture_output=True, text=True,
-        timeout=60, check=True,
+        timeout=HANG_GUARD_S, check=True,
     )
     assert done.stdout.strip() == "[]"
 
@@ -387,6 +390,7 @@ CATALOGUE = yaml.safe_load(
     (Path(__file__).with_name("catalogue.yaml")).read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda entry: entry["id"])
 def test_catalogue_by_the_oracle(entry: dict[str, Any]) -> None:
     """The oracle gives each catalogue entry's recorded answer, and the ties it claims hold:

@@ -22,10 +22,12 @@ import yaml
 
 import lambdadnn
 from lambdadnn.solver.pipeline import solve
+from tests.hang_guard import HANG_GUARD_S
 from tests.test_readme import Block, blocks
 
+pytestmark = pytest.mark.real  # builds a wheel and installs it into a fresh venv
+
 ROOT = Path(__file__).resolve().parent.parent
-HANG_GUARD_S = 300
 USER_INSTANCE = {  # a user's own workload on a platform given by name
     "name": "my-net",
     "platform": "aws-lambda-arm64",

@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from lambdadnn.cli import main
+from lambdadnn.inputs.errors import InputError, InstanceError, TraceError
+from lambdadnn.inputs.files import brief
 from lambdadnn.simulator import philly
 from lambdadnn.simulator.philly import (
     DEFAULT_SLACK,
@@ -22,9 +24,7 @@ from lambdadnn.simulator.philly import (
     convert_job_log,
     parse_workload_map,
 )
-from lambdadnn.simulator.trace import read_trace, write_trace
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.inputs import brief
+from lambdadnn.solver.trace_file import read_trace, write_trace
 
 SAMPLE = Path(__file__).parent / "data" / "philly" / "cluster_job_log"
 HOUR = 3600.0
@@ -101,8 +101,8 @@ def test_a_workload_map_replaces_the_default(tmp_path: Path) -> None:
 
 
 def test_too_many_jobs_asks_for_a_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(philly, "MAX_JOBS", 5)
-    with pytest.raises(InstanceError, match=r"6 jobs to convert, more than 5; pass `limit`"):
+    monkeypatch.setattr(philly, "MAX_TRACE_JOBS", 5)
+    with pytest.raises(TraceError, match=r"6 jobs to convert, more than 5; pass `limit`"):
         convert_job_log(SAMPLE)
     assert len(convert_job_log(SAMPLE, limit=5).jobs) == 5
 
@@ -151,7 +151,7 @@ def test_malformed_jobs_are_named_by_index_and_field(
 ) -> None:
     log = tmp_path / "cluster_job_log"
     log.write_text(json.dumps(change(_sample())), encoding="utf-8")
-    with pytest.raises(InstanceError) as caught:
+    with pytest.raises(TraceError) as caught:
         convert_job_log(log)
     message = str(caught.value)
     assert f"Philly job log {brief(str(log), 80)}, job {job}, field `{field}`:" in message
@@ -169,13 +169,13 @@ def test_malformed_jobs_are_named_by_index_and_field(
 def test_a_file_that_is_no_job_log_is_one_line(tmp_path: Path, text: str, match: str) -> None:
     log = tmp_path / "log.json"
     log.write_text(text, encoding="utf-8")
-    with pytest.raises(InstanceError, match=match) as caught:
+    with pytest.raises(TraceError, match=match) as caught:
         convert_job_log(log)
     assert "\n" not in str(caught.value)
 
 
 def test_a_missing_log_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(InstanceError, match="does not exist"):
+    with pytest.raises(TraceError, match="does not exist"):
         convert_job_log(tmp_path / "cluster_job_log")
 
 
@@ -193,15 +193,17 @@ def test_a_missing_log_is_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict[str, Any], field: str) -> None:
-    with pytest.raises(InstanceError, match=f"^{field} ") as caught:
+    with pytest.raises(InputError, match=f"^{field} ") as caught:
         convert_job_log(SAMPLE, **kwargs)
     assert "\n" not in str(caught.value)
+    # An option is an input error; a workload that is no instance, the instance's own.
+    assert isinstance(caught.value, InstanceError) == ("no-such-workload" in str(kwargs))
 
 
 @pytest.mark.parametrize("item", ["resnet50-cifar10", "=3", "resnet50-cifar10=-1",
                                   "resnet50-cifar10=lots", "resnet50-cifar10=inf"])
 def test_bad_workload_map_items_are_named(item: str) -> None:
-    with pytest.raises(InstanceError, match=r"^`--workload-map` must be NAME=GPU_HOURS"):
+    with pytest.raises(InputError, match=r"^`--workload-map` must be NAME=GPU_HOURS"):
         parse_workload_map([item])
 
 

@@ -14,15 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lambdadnn import Instance, InstanceError, load_instance
+from lambdadnn import InputError, Instance, load_instance
 from lambdadnn.models.noise import NoiseModel
 from lambdadnn.simulator import pool
 from lambdadnn.simulator.baselines import Measure, Strategy, StrategyPlan
 from lambdadnn.simulator.engine import JobRun
 from lambdadnn.simulator.pool import Capacity, JobOutcome, run_trace
 from lambdadnn.simulator.strategies import strategy
-from lambdadnn.simulator.trace import Job, generate_trace
+from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.simulator.truth import Truth
+from lambdadnn.solver.trace_file import Job
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = load_instance(ROOT / "instances" / "mobilenet-cifar10.yaml")
@@ -31,9 +32,7 @@ NOISE = NoiseModel()
 
 def _job(name: str, submit_time_s: float, deadline_s: float = 1000.0) -> Job:
     """A job whose instance carries `name`, so the scripted strategy and engine know it."""
-    instance = dataclasses.replace(
-        BASE, name=name, objective=dataclasses.replace(BASE.objective, deadline_s=deadline_s)
-    )
+    instance = dataclasses.replace(BASE, name=name).with_deadline(deadline_s)
     return Job(submit_time_s, name, BASE.workload.epochs, deadline_s, instance)
 
 
@@ -186,7 +185,7 @@ def test_real_engine_is_deterministic_per_seed() -> None:
 
 @pytest.mark.parametrize("size", [0, -5, 2.5, True])
 def test_pool_size_must_be_a_positive_integer(size: object) -> None:
-    with pytest.raises(InstanceError, match="pool_size"):
+    with pytest.raises(InputError, match="pool_size"):
         run_trace([], strategy("naive"), pool_size=size, noise=NOISE, seed=0)  # type: ignore[arg-type]
 
 

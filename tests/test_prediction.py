@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.instance import Instance, load_instance
+from lambdadnn.solver.instance import Instance
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import evaluate, solve
 from lambdadnn.solver.prediction import predict_run
 from tests.by_hand import hand, problem_of

@@ -36,10 +36,14 @@ from lambdadnn.launcher.profile import (
 )
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, Prediction, default_margin
 from lambdadnn.launcher.timings import RunTimings
-from lambdadnn.solver.instance import MB_PER_VCPU, instance_mapping, load_instance
+from lambdadnn.solver.instance import MB_PER_VCPU, instance_mapping
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.prediction import predict_run
+from tests.hang_guard import HANG_GUARD_S
 from tests.test_fit import BATCH, CAPACITY, MODEL_MB, TRUTH, Truth, synthetic
 from tests.test_launch_hostile import _alive, _cmdline, _descendants
+
+pytestmark = pytest.mark.real  # torch (the profiler loads the workload), real profiles
 
 LAMBDADNN = str(Path(sys.executable).parent / "lambdadnn")
 SIZES = {"model_size_mb": MODEL_MB, "dataset_size_mb": 14.0, "samples": 1437}
@@ -283,7 +287,8 @@ def test_a_short_real_profile(tmp_path: Path) -> None:
     out = tmp_path / "mlp.yaml"
     done = subprocess.run(
         [LAMBDADNN, "profile", "--workload", "digits-mlp", "--budget-s", "40", "--out", str(out),
-         "--max-load", "1000000", "--json"], capture_output=True, text=True, timeout=180,
+         "--max-load", "1000000", "--json"], capture_output=True, text=True,
+        timeout=HANG_GUARD_S,
         check=False)
     assert done.returncode == 0, done.stderr
     mapping = yaml.safe_load(out.read_text())
@@ -297,7 +302,7 @@ def test_a_short_real_profile(tmp_path: Path) -> None:
     assert all(run["load_before"] >= 0 and run["load_after"] >= 0 and run["left_out"] is None
                for run in mapping["fit"]["runs"])
     solved = subprocess.run([LAMBDADNN, "solve", str(out), "--json"], capture_output=True,
-                            text=True, timeout=180, check=False)
+                            text=True, timeout=HANG_GUARD_S, check=False)
     assert solved.returncode in (0, 3), solved.stderr
     plan = json.loads(solved.stdout)
     if plan["status"] == "optimal":
@@ -323,7 +328,7 @@ def _trial_running(root: int) -> tuple[set[int], list[Path]]:
     """Wait until a trial's worker runs under `root`; the processes and cgroups then."""
     from lambdadnn.launcher.local import CGROUP_ROOT
 
-    deadline = time.monotonic() + 240  # a hang guard: torch's import on a loaded machine
+    deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
         pids = _descendants(root)
         workers = [p for p in pids if b"_worker_main" in _cmdline(p)]
@@ -350,11 +355,11 @@ def test_a_signal_stops_a_profile_cleanly(
     started.append(process)
     pids, groups = _trial_running(process.pid)
     process.send_signal(signal.Signals[name])
-    _, err = process.communicate(timeout=120)
+    _, err = process.communicate(timeout=HANG_GUARD_S)
     assert process.returncode == 128 + signal.Signals[name]
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert name in err and "Traceback" not in err
-    deadline = time.monotonic() + 30  # a hang guard
+    deadline = time.monotonic() + HANG_GUARD_S
     while any(_alive(p) for p in pids - {process.pid}) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids - {process.pid} if _alive(p)]

@@ -31,16 +31,21 @@ from lambdadnn.launcher.aws import (
     profile_runner,
     run_aws,
 )
+from lambdadnn.launcher.orchestrator import RunOptions
 from lambdadnn.launcher.profile import Runner, profile_workload
 from lambdadnn.launcher.spec import LaunchSpec, default_margin
-from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.instance_yaml import load_instance
+from tests.hang_guard import HANG_GUARD_S
 from tests.test_aws import (  # noqa: F401  (fixtures, used by name)
     REGION,
+    Channel,
     Recording,
     aws_env,
     moto_endpoint,
     role_arn,
 )
+
+pytestmark = pytest.mark.real  # a moto server and a redis-server, with real workers
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lambdadnn-worker:latest"
 WORKLOAD = "digits-mlp"
@@ -61,11 +66,17 @@ class _Remaining:
 
 
 class ExecutingLambda:
-    """Forwards to a moto client; an asynchronous Invoke also runs the handler in a thread."""
+    """Forwards to a moto client; an asynchronous Invoke also runs the handler in a thread.
+
+    Lambda ends an invocation at the function's Timeout, so a rank's next invocation never
+    meets the last one. A thread cannot be ended, and on a loaded machine it can outlive the
+    Timeout (a slow start-up, a slow last iteration): a rank's new invocation first waits for
+    the rank's last thread to return: two copies of a rank never meet on the barrier."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.threads: list[threading.Thread] = []
+        self.last: dict[tuple[str, int], threading.Thread] = {}
         self.failures: list[BaseException] = []
 
     def __getattr__(self, method: str) -> Any:
@@ -74,11 +85,14 @@ class ExecutingLambda:
     def invoke(self, **params: Any) -> Any:
         from lambdadnn.launcher.worker import handler
 
+        event = json.loads(params["Payload"])
+        rank = (params["FunctionName"], int(event["rank"]))
+        if rank in self.last:
+            self.last[rank].join(HANG_GUARD_S)
         response = self.client.invoke(**params)
         timeout = self.client.get_function_configuration(
             FunctionName=params["FunctionName"])["Timeout"]
         context = _Remaining(time.monotonic() + timeout)
-        event = json.loads(params["Payload"])
 
         def execute() -> None:
             try:
@@ -89,11 +103,12 @@ class ExecutingLambda:
         thread = threading.Thread(target=execute, daemon=True)
         thread.start()
         self.threads.append(thread)
+        self.last[rank] = thread
         return response
 
     def join(self) -> None:
         for thread in self.threads:
-            thread.join(timeout=120)  # a hang guard
+            thread.join(timeout=HANG_GUARD_S)
         assert not any(thread.is_alive() for thread in self.threads)
         assert not self.failures, self.failures
 
@@ -201,8 +216,7 @@ def test_a_trial_limit_in_fractions_of_a_second_stops_the_workers_where_it_would
     client = DryRunClient()
     target = AwsTarget("lambdadnn-dry", role_arn, image_uri=IMAGE)
     report = run_aws(spec, client, target, redis_url="redis://ps:6379/0", job="j",
-                     timeout_s=4.4, channel_progress=lambda: {"done": True},
-                     sleep=lambda _s: None)
+                     channel=Channel(lambda: {"done": True}), options=RunOptions(timeout_s=4.4))
     create = next(call.params for call in client.calls if call.operation == "CreateFunction")
     assert create["Timeout"] == 5  # Lambda takes whole seconds
     margins = [json.loads(call.params["Payload"])["timeout_margin_s"]
@@ -216,10 +230,10 @@ def test_run_aws_refuses_a_limit_lambda_cannot_have(
     role_arn: str, timeout_s: Any  # noqa: F811
 ) -> None:
     client = DryRunClient()
-    with pytest.raises(AwsLaunchError, match=r"`timeout_s`.*give seconds in") as failure:
+    with pytest.raises(LaunchError, match=r"`timeout_s`.*give seconds in") as failure:
         run_aws(_spec(functions=1), client, AwsTarget("f", role_arn),
-                redis_url="redis://ps:6379/0", job="j", timeout_s=timeout_s,
-                channel_progress=lambda: {"done": True})
+                redis_url="redis://ps:6379/0", job="j", options=RunOptions(timeout_s=timeout_s),
+                channel=Channel(lambda: {"done": True}))
     assert "\n" not in str(failure.value)
     assert client.calls == []  # refused before any AWS call
 
@@ -279,8 +293,9 @@ def test_cli_profile_aws_checks_image_and_redis_in_one_line(
 
 def test_run_aws_refuses_a_margin_not_under_the_limit(role_arn: str) -> None:  # noqa: F811
     client = DryRunClient()
-    with pytest.raises(AwsLaunchError, match=r"`timeout_margin_s` 5\.0 must be") as failure:
+    with pytest.raises(LaunchError, match=r"`timeout_margin_s` 5\.0 must be") as failure:
         run_aws(_spec(functions=1), client, AwsTarget("f", role_arn),
-                redis_url="redis://ps:6379/0", job="j", timeout_s=4.4,
-                worker_settings={"timeout_margin_s": 5}, channel_progress=lambda: {"done": True})
+                redis_url="redis://ps:6379/0", job="j",
+                options=RunOptions(timeout_s=4.4, timeout_margin_s=5),
+                channel=Channel(lambda: {"done": True}))
     assert "\n" not in str(failure.value) and client.calls == []

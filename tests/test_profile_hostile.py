@@ -34,8 +34,11 @@ from lambdadnn.cli import main
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.profile import profile_workload
 from lambdadnn.launcher.workloads import resolve_workload
+from tests.hang_guard import HANG_GUARD_S
 from tests.test_fit import CAPACITY
 from tests.test_launch_hostile import _alive, _descendants
+
+pytestmark = pytest.mark.real  # torch (the profiler loads the workload) and profiles in processes
 
 LAMBDADNN = str(Path(sys.executable).parent / "lambdadnn")
 MAPPING = {"name": "stub", "fit": {"workload": "digits-cnn"}}  # what the stub profile returns
@@ -266,11 +269,11 @@ def test_ctrl_c_during_the_factory_exits_130_in_one_line(hostile: str, tmp_path:
         # Ctrl-C's default, even when this test runs where SIGINT is ignored (a background job)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        deadline = time.monotonic() + 240  # a hang guard: torch's import on a loaded machine
+        deadline = time.monotonic() + HANG_GUARD_S
         while not (tmp_path / "started").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=120)
+        _, err = process.communicate(timeout=HANG_GUARD_S)
     finally:
         process.kill()
         process.wait()

@@ -3,7 +3,10 @@ in a fresh folder of a fresh home (as a user who installed lambdadnn and reads a
 with this venv's `bin` first on PATH; and its YAML example solves to the plan its tour prints.
 
 A block is skipped only when it is listed in SKIPPED, with the reason; a block that may run
-only after a later one (it says so) is listed in AFTER."""
+only after a later one (it says so) is listed in AFTER. The README is read in two walks, each
+in a home of its own: the tour up to LAUNCHING (here) and the launches and profiles from it on
+(tests/test_readme_launch.py), which use nothing the tour wrote; two files, so that two
+pytest-xdist workers run them side by side."""
 
 from __future__ import annotations
 
@@ -18,13 +21,13 @@ import pytest
 import yaml
 
 from lambdadnn import load_instance, solve
+from tests.hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TOUR_COMMAND = "$ lambdadnn solve mobilenet-cifar10\n"
 RUN = ("sh", "bash", "console", "python")
 NOT_RUN = ("yaml", "text")  # data and abridged output: the YAML is checked below
-HANG_GUARD_S = 900  # a hung block fails the test instead of hanging it; no block takes this
 
 # A block containing the key is not run, for the reason given.
 SKIPPED = {
@@ -39,6 +42,8 @@ SKIPPED = {
                                              "tests/test_deploy.py creates, reads and deletes "
                                              "the stack on a moto server",
 }
+# The heading from which the README's blocks are the second walk's (launching and profiling).
+LAUNCHING = "\n## Running a plan"
 # A block containing the key runs right after the block containing the value (the README says
 # it needs that block's output).
 AFTER = {
@@ -77,10 +82,22 @@ def _key(table: dict[str, str], block: Block) -> str | None:
     return keys[0] if keys else None
 
 
-def runnable() -> list[Block]:
-    """The blocks to run, in the order a reader runs them (AFTER moves a block later)."""
-    order = [block for block in blocks() if block.language in RUN
-             and _key(SKIPPED, block) is None]
+def launching(block: Block) -> bool:
+    """Whether `block` is in the second walk: at or after the LAUNCHING heading."""
+    return block.line > README.count("\n", 0, README.index(LAUNCHING)) + 1
+
+
+def shown(*, launches: bool) -> list[Block]:
+    """The blocks of one walk that a reader runs (SKIPPED ones included), in the README's
+    order."""
+    return [block for block in blocks() if block.language in RUN
+            and launching(block) == launches]
+
+
+def runnable(*, launches: bool) -> list[Block]:
+    """The blocks to run in one walk, in the order a reader runs them (AFTER moves a block
+    later)."""
+    order = [block for block in shown(launches=launches) if _key(SKIPPED, block) is None]
     for block in [block for block in order if _key(AFTER, block) is not None]:
         order.remove(block)
         (anchor,) = [other for other in order if AFTER[_key(AFTER, block) or ""] in other.body]
@@ -143,28 +160,37 @@ def _run(block: Block, cwd: Path, env: dict[str, str]) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
-    """Run the README's blocks in a reader's order in ~/project of a new home; a block's
+def walk(home: Path, *, launches: bool) -> dict[str, str | None]:
+    """Run one walk's blocks in a reader's order in ~/project of the new `home`; a block's
     result is None when it ran as printed, else what went wrong."""
-    home = tmp_path_factory.mktemp("home")
     project = home / "project"
     project.mkdir()
     # The Philly trace is downloaded from GitHub by the reader: a small one of ours stands in.
     (project / "cluster_job_log").write_bytes(
         (ROOT / "tests" / "data" / "philly" / "cluster_job_log").read_bytes())
     env = _environment(home)
-    return {block.name: _run(block, project, env) for block in runnable()}
+    return {block.name: _run(block, project, env) for block in runnable(launches=launches)}
 
 
-@pytest.mark.parametrize("block", [b for b in blocks() if b.language in RUN],
-                         ids=lambda block: block.name)
-def test_readme_block_runs_as_printed(block: Block, walkthrough: dict[str, str | None]) -> None:
+def ran_as_printed(block: Block, walked: dict[str, str | None]) -> None:
+    """The test of one block of a walk: skipped with SKIPPED's reason, or run as printed."""
     skipped = _key(SKIPPED, block)
     if skipped is not None:
         pytest.skip(SKIPPED[skipped])
-    problem = walkthrough[block.name]
+    problem = walked[block.name]
     assert problem is None, f"README {block.name}:\n{block.body}\n{problem}"
+
+
+@pytest.fixture(scope="module")
+def walkthrough(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
+    """The tour's walk: the blocks before LAUNCHING."""
+    return walk(tmp_path_factory.mktemp("home"), launches=False)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("block", shown(launches=False), ids=lambda block: block.name)
+def test_readme_block_runs_as_printed(block: Block, walkthrough: dict[str, str | None]) -> None:
+    ran_as_printed(block, walkthrough)
 
 
 def test_every_block_is_run_or_data() -> None:
@@ -174,6 +200,21 @@ def test_every_block_is_run_or_data() -> None:
     assert unknown == [], f"blocks of no known language: {unknown}"
     for key in [*SKIPPED, *AFTER, *AFTER.values()]:
         assert sum(key in b.body for b in blocks()) == 1, f"{key!r} names no single block"
+    for key, anchor in AFTER.items():  # a block and the one it needs are in one walk
+        (block,) = [b for b in blocks() if key in b.body]
+        (needed,) = [b for b in blocks() if anchor in b.body]
+        assert launching(block) == launching(needed), f"{key!r} and {anchor!r} are split"
+
+
+def test_the_walks_split_the_readme_at_launching() -> None:
+    """Every run block is in exactly one walk; every block that writes or reads a plan file or
+    profiles is in the second, so the walks share no file."""
+    tour, launches = shown(launches=False), shown(launches=True)
+    assert sorted(tour + launches, key=lambda b: b.line) == [
+        b for b in blocks() if b.language in RUN]
+    assert tour and launches and max(b.line for b in tour) < min(b.line for b in launches)
+    assert all(launching(b) for b in blocks()
+               if "plan.json" in b.body or "lambdadnn profile" in b.body)
 
 
 def test_blocks_parses_languages_and_lines() -> None:

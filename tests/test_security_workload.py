@@ -27,6 +27,8 @@ from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.workloads import SHIPPED, resolve_workload
 from lambdadnn.solver.pipeline import solve
 
+pytestmark = pytest.mark.real  # torch (workloads are loaded) and a redis-server
+
 ROOT = Path(__file__).resolve().parent.parent
 ROLE = "arn:aws:iam::123456789012:role/lambdadnn-worker"
 MARKER = "imported.txt"

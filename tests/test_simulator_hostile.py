@@ -21,19 +21,21 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lambdadnn import InstanceError, NoiseModel, load_instance
+from lambdadnn import InputError, InstanceError, NoiseModel, PlanError, TraceError, load_instance
 from lambdadnn.cli import main
 from lambdadnn.models.performance import evaluate
-from lambdadnn.simulator import engine, trace
+from lambdadnn.simulator import engine
 from lambdadnn.simulator.baselines import NO_PLAN
 from lambdadnn.simulator.compare import compare, summarise
 from lambdadnn.simulator.engine import simulate_job, simulate_trial
 from lambdadnn.simulator.pool import run_trace
 from lambdadnn.simulator.strategies import strategy
-from lambdadnn.simulator.trace import COLUMNS, Job, generate_trace, read_trace
+from lambdadnn.simulator.trace import generate_trace
+from lambdadnn.solver import trace_file
+from lambdadnn.solver.trace_file import COLUMNS, Job, read_trace
+from tests.hang_guard import HANG_GUARD_S
 
 HEADER = "submit_time_s,instance,epochs,deadline_s\n"
-HANG_GUARD_S = 120
 MOBILENET = load_instance("instances/mobilenet-cifar10.yaml")
 
 
@@ -71,6 +73,7 @@ def with_epochs(epochs: int) -> object:
 # 1. Livelocks: a failure rate no job survives, and epochs no simulation can finish.
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("rate", ["100", "1e6"])
 def test_a_hopeless_failure_rate_ends_with_a_report(tmp_path: Path, rate: str) -> None:
     """A planner that ignores crashes runs plans the simulator must abandon; lambdadnn, told
@@ -90,6 +93,7 @@ def test_a_hopeless_failure_rate_ends_with_a_report(tmp_path: Path, rate: str) -
     assert statuses["lambdadnn"] == (["ok", "ok"] if rate == "100" else ["no-plan"] * 2)
 
 
+@pytest.mark.real
 def test_a_trillion_epochs_end_with_a_report_or_one_line(tmp_path: Path) -> None:
     """λDNN's Algorithm 1 plans it and the simulator abandons it; our solver may plan it
     too, or refuse it in one line."""
@@ -183,7 +187,7 @@ def test_a_trial_of_an_endless_job_is_seconds_long() -> None:
     assert crawl.iteration_s == () and crawl.time_s == crawl.setup_s + 60.0
     assert crawl.cost_usd < 0.05  # a minute of 8 functions of 2.25 GB, not 10¹³ dollars
     for bad in (0, 1001, 2.5, True):
-        with pytest.raises(InstanceError, match="`iterations`"):
+        with pytest.raises(InputError, match="`iterations`"):
             simulate_trial(huge, 1, 448, iterations=bad, noise=NoiseModel(),  # type: ignore[arg-type]
                            rng=np.random.default_rng(0))
 
@@ -191,17 +195,21 @@ def test_a_trial_of_an_endless_job_is_seconds_long() -> None:
 # 2. Errors raised on purpose are LambdaDnnErrors in one line.
 
 
-@pytest.mark.parametrize(("functions", "memory"), [(0, 1024), (2.5, 1024), (4, -1), (4, 1024)])
-def test_bad_plans_are_instance_errors(functions: object, memory: int) -> None:
+@pytest.mark.parametrize(("functions", "memory", "error"), [
+    (0, 1024, PlanError), (2.5, 1024, PlanError), (4, -1, PlanError),
+    (4, 1024, InstanceError),  # a plan the instance cannot train
+])
+def test_bad_plans_are_input_errors(functions: object, memory: int,
+                                    error: type[InputError]) -> None:
     espcn = load_instance("instances/espcn-bsds500.yaml")  # not valid below 2,300 MB
-    with pytest.raises(InstanceError) as caught:
+    with pytest.raises(error) as caught:
         simulate_job(espcn, functions, memory, noise=NoiseModel(),  # type: ignore[arg-type]
                      rng=np.random.default_rng(0))
     assert "\n" not in str(caught.value)
 
 
 def test_unknown_or_repeated_strategies_fail_before_any_simulation() -> None:
-    with pytest.raises(InstanceError, match="`name` names 'cheapest'"):
+    with pytest.raises(InputError, match="`name` names 'cheapest'"):
         strategy("cheapest")
     ran: list[str] = []
 
@@ -211,17 +219,17 @@ def test_unknown_or_repeated_strategies_fail_before_any_simulation() -> None:
 
     jobs = generate_trace(2, seed=0)
     for names in (["naive", "cheapest"], ["naive", "naive"], []):
-        with pytest.raises(InstanceError, match="`strategies`"):
+        with pytest.raises(InputError, match="`strategies`"):
             compare(jobs, names, seed=0, noise=NoiseModel(), pool_size=10,
                     progress=progress)  # type: ignore[arg-type]
     assert ran == []
 
 
 @pytest.mark.parametrize("seed", [-1, 2.5, True, "1"])
-def test_bad_seeds_are_instance_errors(seed: object) -> None:
-    with pytest.raises(InstanceError, match="`seed`"):
+def test_bad_seeds_are_input_errors(seed: object) -> None:
+    with pytest.raises(InputError, match="`seed`"):
         run_trace([], strategy("naive"), noise=NoiseModel(), seed=seed)  # type: ignore[arg-type]
-    with pytest.raises(InstanceError, match="`seed`"):
+    with pytest.raises(InputError, match="`seed`"):
         generate_trace(1, seed=seed)  # type: ignore[arg-type]
 
 
@@ -235,7 +243,7 @@ def test_numpy_integers_are_integers() -> None:
 
 
 def test_too_many_jobs_are_refused() -> None:
-    with pytest.raises(InstanceError, match=r"`jobs` must be an integer in 0\.\.100,000"):
+    with pytest.raises(InputError, match=r"`jobs` must be an integer in 0\.\.100,000"):
         generate_trace(10**12, seed=0)
     code, _, err = invoke("compare", "--jobs", str(10**12))
     assert code == 2 and "--jobs" in err
@@ -287,6 +295,7 @@ def test_an_unwritable_plots_folder_fails_before_simulating(
 # 4. Trace files: read like every user file, cells quoted briefly, no file content shown.
 
 
+@pytest.mark.real
 def test_a_fifo_as_the_trace_is_one_line(tmp_path: Path) -> None:
     fifo = tmp_path / "trace.csv"
     os.mkfifo(fifo)
@@ -305,7 +314,7 @@ def test_unreadable_traces_are_one_line(tmp_path: Path, kind: str, says: str) ->
             handle.truncate(5 * 1024 * 1024)
     elif kind == "latin-1":
         path.write_bytes((HEADER + "0,caf\xe9,1,1\n").encode("latin-1"))
-    with pytest.raises(InstanceError, match=says) as caught:
+    with pytest.raises(TraceError, match=says) as caught:
         read_trace(path)
     assert "\n" not in str(caught.value)
 
@@ -313,6 +322,7 @@ def test_unreadable_traces_are_one_line(tmp_path: Path, kind: str, says: str) ->
 SECRET = "hunter2-s3cr3t-token-9f8e7d"
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(
     "content", [f"password={SECRET}\n", f"# {SECRET}\n- {SECRET}\n", f"{SECRET}: [1, 2\n"]
 )
@@ -326,6 +336,7 @@ def test_a_row_pointing_to_any_file_shows_none_of_it(tmp_path: Path, content: st
         assert SECRET not in err and "root:" not in err and "line 2" in err
 
 
+@pytest.mark.real
 def test_a_row_pointing_to_a_device_or_a_fifo_is_one_line(tmp_path: Path) -> None:
     fifo = tmp_path / "instance.yaml"
     os.mkfifo(fifo)
@@ -338,7 +349,7 @@ def test_long_cells_are_quoted_briefly(tmp_path: Path) -> None:
     cell = "9" * 5000
     for row in (f"{cell},mobilenet-cifar10,6,900", f"0,mobilenet-cifar10,{cell},900",
                 f"0,{'x' * 5000},6,900", f"0,{'a/' * 3000},6,900"):
-        with pytest.raises(InstanceError) as caught:
+        with pytest.raises(TraceError) as caught:
             read_trace(write(tmp_path / "t.csv", row + "\n"))
         message = str(caught.value)
         assert len(message) < 400 and "\n" not in message and "line 2" in message
@@ -347,7 +358,7 @@ def test_long_cells_are_quoted_briefly(tmp_path: Path) -> None:
 def test_a_long_header_is_quoted_briefly(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("x" * 100_000 + "\n", encoding="utf-8")
-    with pytest.raises(InstanceError, match="line 1") as caught:
+    with pytest.raises(TraceError, match="line 1") as caught:
         read_trace(path)
     assert len(str(caught.value)) < 400
 
@@ -369,23 +380,23 @@ def test_a_long_header_is_quoted_briefly(tmp_path: Path) -> None:
 def test_non_finite_and_negative_cells_name_row_and_column(
     tmp_path: Path, row: str, column: str
 ) -> None:
-    with pytest.raises(InstanceError) as caught:
+    with pytest.raises(TraceError) as caught:
         read_trace(write(tmp_path / "t.csv", row + "\n"))
     assert f"line 2, column `{column}`" in str(caught.value)
 
 
 def test_a_cell_beyond_the_csv_field_limit_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(InstanceError, match="line 2: not valid CSV") as caught:
+    with pytest.raises(TraceError, match="line 2: not valid CSV") as caught:
         read_trace(write(tmp_path / "t.csv", f"0,{'a' * 200_000},6,900\n"))
     assert len(str(caught.value)) < 400
 
 
 def test_a_trace_holds_at_most_max_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace, "MAX_JOBS", 3)
+    monkeypatch.setattr(trace_file, "MAX_TRACE_JOBS", 3)
     path = write(tmp_path / "t.csv", "0,espcn-bsds500,1,900\n" * 3)
     assert len(read_trace(path)) == 3
     path = write(tmp_path / "t.csv", "0,espcn-bsds500,1,900\n" * 4)
-    with pytest.raises(InstanceError, match="line 5: more than 3 jobs"):
+    with pytest.raises(TraceError, match="line 5: more than 3 jobs"):
         read_trace(path)
 
 
@@ -422,7 +433,7 @@ def test_any_text_is_jobs_or_one_line(header: str, rows: list[str], bom: bool,
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
         try:
             jobs = read_trace(path)
-        except InstanceError as error:
+        except TraceError as error:
             message = str(error)
             assert message.count("\n") == 0 and len(message) < 600, message
             return

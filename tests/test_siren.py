@@ -13,6 +13,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from benchmarks.train_siren import judge
+from lambdadnn.inputs.errors import InputError
 from lambdadnn.simulator import siren
 from lambdadnn.simulator.replan import Situation, Step, run_replanned
 from lambdadnn.simulator.siren import (
@@ -33,8 +34,9 @@ from lambdadnn.simulator.siren import (
 from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.simulator.world import World
 from lambdadnn.simulator.worlds import load_world
-from lambdadnn.solver.errors import InstanceError
 from lambdadnn.solver.shipped import instances_folder
+
+pytestmark = pytest.mark.real  # torch (stable-baselines3)
 
 NAMED_WORLDS = sorted((instances_folder() / "worlds").glob("*.yaml"))
 MAX_POLICY_BYTES = 300 * 1024
@@ -138,23 +140,23 @@ def test_trained_policy_beats_chance_and_naive_on_held_out_jobs_and_worlds() -> 
 
 def test_a_missing_policy_or_library_is_one_line_naming_the_fix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(InstanceError, match=r"python -m benchmarks\.train_siren") as raised:
+    with pytest.raises(InputError, match=r"python -m benchmarks\.train_siren") as raised:
         SirenReplanner(tmp_path / "absent.zip")
     assert "\n" not in str(raised.value)
     broken = tmp_path / "broken.zip"
     broken.write_bytes(b"not a zip")
-    with pytest.raises(InstanceError, match=r"python -m benchmarks\.train_siren"):
+    with pytest.raises(InputError, match=r"python -m benchmarks\.train_siren"):
         SirenReplanner.check(broken)
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
-    with pytest.raises(InstanceError, match="pip install stable-baselines3"):
+    with pytest.raises(InputError, match="pip install stable-baselines3"):
         SirenReplanner(tmp_path / "elsewhere.zip")
 
 
 def test_training_never_meets_the_evaluations_seeds_worlds_or_luck(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(InstanceError, match="train on seeds"):
+    with pytest.raises(InputError, match="train on seeds"):
         TrainingDraws(TRAIN_SEED_FLOOR - 1)
-    with pytest.raises(InstanceError, match="evaluate on seeds"):
+    with pytest.raises(InputError, match="evaluate on seeds"):
         held_out(generate_trace(1, seed=0), [World()], TRAIN_SEED_FLOOR)
 
     def no_file(*_args: object, **_kwargs: object) -> World:

@@ -209,11 +209,8 @@ def test_the_recheck_allows_the_last_bit_of_a_vectorised_time() -> None:
     import dataclasses
 
     from lambdadnn.models.noise import NoiseModel
-    from lambdadnn.solver.instance import (
-        ParameterServer,
-        RateProfile,
-        load_instance,
-    )
+    from lambdadnn.solver.instance import ParameterServer, RateProfile
+    from lambdadnn.solver.instance_yaml import load_instance
     from lambdadnn.solver.shipped import instances_folder
 
     base = load_instance(instances_folder() / "resnet50-cifar10.yaml")

@@ -31,6 +31,7 @@ from lambdadnn import (
     solve_many,
 )
 from tests import oracle
+from tests.hang_guard import HANG_GUARD_S
 from tests.schedule_oracle import Job, front, functions_held, optimum, plans
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -353,6 +354,7 @@ schedule = solve_many(jobs, concurrency=24, slot_s=60.0)
 """
 
 
+@pytest.mark.real
 def test_a_failed_call_changes_no_later_answer() -> None:
     """A call that fails after planning (a job with no valid plan at all, found only when
     it is placed late), with longer deadlines on the same instances, then the good call:
@@ -360,7 +362,7 @@ def test_a_failed_call_changes_no_later_answer() -> None:
     fresh = subprocess.run(
         [sys.executable, "-c", GOOD_CALL + "out = schedule.to_dict()\ndel out['solve_seconds']\n"
          "print(json.dumps(out))"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+        cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S, check=True,
     )
     no_valid_plan = copy.deepcopy(tiny("espcn-bsds500"))
     no_valid_plan["platform"]["memory_mb"]["max"] = 2048  # its rate is negative below 2,300 MB
@@ -373,12 +375,13 @@ def test_a_failed_call_changes_no_later_answer() -> None:
     assert json.loads(json.dumps(_without_timing(scope["schedule"]))) == json.loads(fresh.stdout)
 
 
+@pytest.mark.real
 def test_the_schedule_oracle_imports_nothing_from_lambdadnn() -> None:
     """tests/schedule_oracle.py stays independent of the package it judges."""
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, tests.schedule_oracle; "
          "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lambdadnn'))"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+        cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S, check=True,
     )
     assert loaded.stdout.strip() == "[]"
 
@@ -444,12 +447,13 @@ try:
     solve_many([Submission(j.instance, submit_s=j.submit_time_s, deadline_s=j.deadline_s)
                 for j in jobs], concurrency=100, guarantee=0.999, time_limit_s=300, gap=0.0)
 except KeyboardInterrupt:
-    print("interrupted", running[0].highs.getModelStatus().name, file=sys.stderr, flush=True)
+    print("interrupted", running[0].solver.highs.getModelStatus().name, file=sys.stderr, flush=True)
     sys.exit(130)
 print("finished", file=sys.stderr, flush=True)
 """
 
 
+@pytest.mark.real
 def test_ctrl_c_stops_highs_and_reaches_the_caller() -> None:
     """SIGINT while HiGHS's branch and bound runs (a tight pool, a 300 s limit) stops HiGHS
     itself (no finished solve's status: highspy leaves `kNotset` after a cancel) and raises
@@ -467,7 +471,7 @@ def test_ctrl_c_stops_highs_and_reaches_the_caller() -> None:
         assert line.strip() == "branch and bound"
         process.send_signal(signal.SIGINT)
         rest = process.stderr.read()
-        assert process.wait(timeout=60) == 130, rest  # a hang guard, not a speed limit
+        assert process.wait(timeout=HANG_GUARD_S) == 130, rest
         word, status = rest.split()[:2]
         assert word == "interrupted"
         assert status not in ("kOptimal", "kTimeLimit"), rest  # HiGHS did not run on to an end

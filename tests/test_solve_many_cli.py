@@ -14,11 +14,10 @@ from click.testing import CliRunner
 
 from lambdadnn import Submission, solve_many
 from lambdadnn.cli import EXIT_INFEASIBLE, main
-from lambdadnn.simulator.trace import read_trace
+from lambdadnn.plot import PlotError, plot_schedule, usage
 from lambdadnn.solver import many
 from lambdadnn.solver.capacity import peak
-from lambdadnn.solver.errors import InstanceError
-from lambdadnn.solver.gantt import plot_schedule, usage
+from lambdadnn.solver.trace_file import read_trace
 
 HEADER = "submit_time_s,instance,epochs,deadline_s"
 # Shipped epochs and deadlines. mobilenet's plans hold 14 or 15 functions for most of its
@@ -198,6 +197,6 @@ def test_a_full_disk_leaves_no_image_and_one_line(
 
     schedule = solve_many([Submission("instances/1dcnn-imdb.yaml")], concurrency=20)
     monkeypatch.setattr(Figure, "savefig", full)
-    with pytest.raises(InstanceError, match=r"^`--plot` cannot write .*: No space left on device$"):
+    with pytest.raises(PlotError, match=r"^`--plot` cannot write .*: No space left on device$"):
         plot_schedule(schedule, tmp_path / "gantt.png")
     assert not (tmp_path / "gantt.png").exists()

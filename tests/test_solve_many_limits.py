@@ -52,6 +52,7 @@ def test_the_slot_named_is_one_that_is_taken() -> None:
     _check_grid(_submissions(jobs), named)  # the named slot passes the check that refused
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("slot", [30.0, 120.0])
 def test_the_bound_is_at_least_the_columns_built(seed: int, slot: float) -> None:

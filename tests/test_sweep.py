@@ -20,7 +20,9 @@ from click.testing import CliRunner
 from scipy import stats as scipy_stats
 
 from lambdadnn.cli import main
+from lambdadnn.inputs.errors import InputError
 from lambdadnn.models.noise import NoiseModel
+from lambdadnn.plot import plot_sweep
 from lambdadnn.simulator.sweep import (
     Cell,
     Setup,
@@ -28,12 +30,13 @@ from lambdadnn.simulator.sweep import (
     grid,
     interval,
     one_factor_truths,
-    plot,
     run_dask,
     run_serial,
 )
 from lambdadnn.simulator.truth import Truth
-from lambdadnn.solver.errors import InstanceError
+from tests.hang_guard import HANG_GUARD_S
+
+pytestmark = pytest.mark.real  # Dask clusters and their processes
 
 LAMBDADNN = Path(sys.executable).with_name("lambdadnn")
 SLOWED = Truth(rate_scale=0.8)
@@ -151,7 +154,7 @@ def test_plots_per_key_and_against_the_rate(tmp_path: Path) -> None:
                                                    Truth(saturates_at_mb=3008)], [0.2, 0.5])
     results = [{"deadline_met": 0.5 + 0.1 * c.seed, "total_cost_usd": 10.0 + c.seed,
                 "mean_cost_usd": 0.1 * (1 + c.seed), "seed": c.seed, "jobs": 10} for c in cells]
-    written = plot(aggregate(cells, results), tmp_path, NoiseModel())
+    written = plot_sweep(aggregate(cells, results), tmp_path, NoiseModel())
     assert sorted(p.name for p in written) == [
         "met_vs_rate.png", "truth_compute_cv_rate0.2.png", "truth_compute_cv_rate0.5.png",
         "truth_saturates_at_mb_rate0.2.png", "truth_saturates_at_mb_rate0.5.png",
@@ -214,7 +217,7 @@ def test_an_unreachable_scheduler_is_one_line_naming_it() -> None:
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
     cells = grid(["naive"], [0], [Truth()], [0.2])
-    with pytest.raises(InstanceError) as caught:
+    with pytest.raises(InputError) as caught:
         run_dask(cells, Setup(5), scheduler=address, connect_timeout_s=1)
     message = str(caught.value)
     assert "`--scheduler`" in message and address in message and "\n" not in message
@@ -222,14 +225,14 @@ def test_an_unreachable_scheduler_is_one_line_naming_it() -> None:
 
 def test_without_dask_one_line_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed → ImportError
-    with pytest.raises(InstanceError, match=r"pip install 'lambdadnn\[sweep\]'"):
+    with pytest.raises(InputError, match=r"pip install 'lambdadnn\[sweep\]'"):
         run_dask(grid(["naive"], [0], [Truth()], [0.2]), Setup(5), workers=1)
 
 
 def test_dask_is_imported_only_by_a_sweep() -> None:
     code = ("import sys, lambdadnn.cli, lambdadnn.simulator.sweep; "
             "assert 'distributed' not in sys.modules and 'dask' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=HANG_GUARD_S)
 
 
 def _alive(processes: list[psutil.Process]) -> list[int]:
@@ -249,7 +252,7 @@ def test_a_stopped_sweep_leaves_no_process(signum: int, group: bool) -> None:
         parent = psutil.Process(sweep.pid)
         assert sweep.stderr is not None
         # The bar's label comes once the cluster runs (a Ctrl-C during its start is ignored).
-        ready, _, _ = select.select([sweep.stderr], [], [], 60)  # a hang guard only
+        ready, _, _ = select.select([sweep.stderr], [], [], HANG_GUARD_S)
         assert ready and sweep.stderr.readline() == "sweep\n"
         time.sleep(0.5)
         descendants = parent.children(recursive=True)
@@ -258,7 +261,7 @@ def test_a_stopped_sweep_leaves_no_process(signum: int, group: bool) -> None:
             os.killpg(sweep.pid, signum)
         else:
             sweep.send_signal(signum)
-        _, stderr = sweep.communicate(timeout=60)
+        _, stderr = sweep.communicate(timeout=HANG_GUARD_S)
     finally:
         if sweep.poll() is None:
             os.killpg(sweep.pid, signal.SIGKILL)
@@ -269,9 +272,8 @@ def test_a_stopped_sweep_leaves_no_process(signum: int, group: bool) -> None:
         f"error: sweep stopped by {signal.Signals(signum).name}; its Dask cluster was closed"
     )
     left = _alive(descendants)
-    for _ in range(50):  # reaped by then, or left behind
-        if not left:
-            break
+    guard = time.monotonic() + HANG_GUARD_S  # reaped by then, or left behind
+    while left and time.monotonic() < guard:
         time.sleep(0.1)
         left = _alive(descendants)
     assert left == []

@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from lambdadnn.cli import _SWEEP_WORLD_NAMES, _sweep_text, main
+from lambdadnn.inputs.errors import InputError
 from lambdadnn.models.noise import NoiseModel
+from lambdadnn.plot import plot_sweep
 from lambdadnn.simulator import sweep as sweep_module
 from lambdadnn.simulator.compare import compare
 from lambdadnn.simulator.defaults import (
@@ -28,13 +30,13 @@ from lambdadnn.simulator.sweep import (
     aggregate,
     grid,
     named_worlds,
-    plot,
     run_dask,
 )
 from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.simulator.truth import Truth
 from lambdadnn.simulator.world import World
-from lambdadnn.solver.errors import InstanceError
+
+pytestmark = pytest.mark.real  # Dask clusters
 
 WORLD = """\
 name: rough
@@ -126,7 +128,7 @@ def test_the_table_shows_wilson_for_shares_never_zero_width() -> None:
     shows the Wilson interval over their 20 jobs, and says which interval is which."""
     rows = _world_rows([1.0, 1.0])
     assert rows[0]["deadline_met"]["ci95"] == [1.0, 1.0]
-    text = _sweep_text(SweepResult([], rows, [], [], 1.0, 2), 2)
+    text = _sweep_text(SweepResult([], rows, [], 1.0, 2), 2)
     header = text.splitlines()[1]
     assert "Wilson" in header and "Student t" in header
     line = next(line for line in text.splitlines() if line.strip().startswith("naive"))
@@ -138,7 +140,7 @@ def test_worlds_are_plotted_per_world(tmp_path: Path) -> None:
                  [NamedWorld("a", World()), NamedWorld("b", World(name="b"))], [0.2])
     results = [{"seed": c.seed, "jobs": 10, "deadline_met": 0.5 + 0.1 * c.seed,
                 "total_cost_usd": 1.0, "mean_cost_usd": 0.1 * (1 + c.seed)} for c in cells]
-    written = plot(aggregate(cells, results), tmp_path, NoiseModel())
+    written = plot_sweep(aggregate(cells, results), tmp_path, NoiseModel())
     assert [p.name for p in written] == ["worlds.png"]
     assert written[0].read_bytes().startswith(b"\x89PNG")
 
@@ -173,7 +175,7 @@ def test_default_strategies_follow_the_engine(
 
     def fake(names: list[str], *_: Any, **__: Any) -> SweepResult:
         asked.append(list(names))
-        return SweepResult([], [], [], [], 0.0, 1)
+        return SweepResult([], [], [], 0.0, 1)
 
     monkeypatch.setattr(sweep_module, "sweep", fake)
     arguments = [item for _ in files for item in ("--truth-file", str(world_file))]
@@ -215,7 +217,7 @@ def test_hostile_world_options_are_one_line_errors(
 
 def test_grid_checks_each_truth_engine() -> None:
     """The API refuses what the CLI does: a world-only strategy under a model truth."""
-    with pytest.raises(InstanceError, match="runs in the independent world only"):
+    with pytest.raises(InputError, match="runs in the independent world only"):
         grid(["replan-heuristic"], [0], [Truth()], [0.2])
-    with pytest.raises(InstanceError, match="`--strategies` names 'clairvoyant'"):
+    with pytest.raises(InputError, match="`--strategies` names 'clairvoyant'"):
         grid(["clairvoyant"], [0], [NamedWorld("w", World())], [0.2])

@@ -50,6 +50,7 @@ def test_the_crowds_reach_highs(monkeypatch: pytest.MonkeyPatch) -> None:
         assert len(built) > before
 
 
+@pytest.mark.slow
 def test_four_threads_of_solve_many_and_solve_give_the_serial_answers() -> None:
     """100 calls, a third of them `solve_many`, on 4 threads: each equal to the same call made
     alone (before the fix, 7 of 20 threaded `solve_many` calls failed in HiGHS or Pyomo)."""

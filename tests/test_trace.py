@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lambdadnn import InstanceError, load_instance
+from lambdadnn import InputError, TraceError, load_instance
 from lambdadnn.simulator.defaults import ARRIVALS, MIXES
 from lambdadnn.simulator.trace import (
     BURSTY_CV,
@@ -20,11 +20,9 @@ from lambdadnn.simulator.trace import (
     HEAVY_ALPHA,
     HEAVY_MAX,
     WORKLOADS,
-    Job,
     generate_trace,
-    read_trace,
-    write_trace,
 )
+from lambdadnn.solver.trace_file import Job, read_trace, write_trace
 
 HEADER = "submit_time_s,instance,epochs,deadline_s\n"
 
@@ -89,7 +87,7 @@ def test_columns_may_come_in_any_order(tmp_path: Path) -> None:
 )
 def test_bad_rows_name_line_and_column(tmp_path: Path, row: str, column: str) -> None:
     trace = _write(tmp_path / "t.csv", f"0,mobilenet-cifar10,6,900\n{row}\n")
-    with pytest.raises(InstanceError) as caught:
+    with pytest.raises(TraceError) as caught:
         read_trace(trace)
     message = str(caught.value)
     assert "line 3" in message and f"column `{column}`" in message
@@ -99,7 +97,7 @@ def test_bad_rows_name_line_and_column(tmp_path: Path, row: str, column: str) ->
 def test_bad_instance_yaml_is_reported_on_its_row(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text("workload: [1, 2\n", encoding="utf-8")
     trace = _write(tmp_path / "t.csv", "0,broken.yaml,1,900\n")
-    with pytest.raises(InstanceError, match=r"line 2, column `instance`: .*not valid YAML"):
+    with pytest.raises(TraceError, match=r"line 2, column `instance`: .*not valid YAML"):
         read_trace(trace)
 
 
@@ -114,13 +112,13 @@ def test_bad_instance_yaml_is_reported_on_its_row(tmp_path: Path) -> None:
 )
 def test_bad_shape_is_one_line_error(tmp_path: Path, header: str, body: str, match: str) -> None:
     trace = _write(tmp_path / "t.csv", body, header=header)
-    with pytest.raises(InstanceError, match=match) as caught:
+    with pytest.raises(TraceError, match=match) as caught:
         read_trace(trace)
     assert "\n" not in str(caught.value)
 
 
-def test_missing_file_is_an_instance_error(tmp_path: Path) -> None:
-    with pytest.raises(InstanceError, match="does not exist"):
+def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="does not exist"):
         read_trace(tmp_path / "nope.csv")
 
 
@@ -157,7 +155,7 @@ def test_generator_is_poisson_over_shipped_workloads_with_paper_deadlines() -> N
 )
 def test_generator_rejects_bad_arguments(kwargs: dict[str, object]) -> None:
     arguments: dict[str, object] = {"jobs": 3, "seed": 0, **kwargs}
-    with pytest.raises(InstanceError):
+    with pytest.raises(InputError):
         generate_trace(**arguments)  # type: ignore[arg-type]
 
 
@@ -219,6 +217,7 @@ def _long_trace(arrival: str) -> np.ndarray:
     return times
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arrival", ARRIVALS)
 def test_each_arrival_process_has_the_mean_rate_asked_for(arrival: str) -> None:
     count = int(np.sum(_long_trace(arrival) <= _SPAN_S))
@@ -234,6 +233,7 @@ def _dispersion(times: np.ndarray, window_s: float) -> tuple[float, int]:
     return float(counts.var(ddof=1) / counts.mean()), windows
 
 
+@pytest.mark.slow
 def test_bursty_arrivals_are_over_dispersed_and_poisson_ones_are_not() -> None:
     # Windows of 50 expected arrivals: a Poisson count's index of dispersion is 1 with a
     # sampling standard error of about √(2/(m − 1)) over m windows; the gamma renewal process's
@@ -293,6 +293,6 @@ def test_heavy_mix_has_a_heavy_tail_and_deadlines_that_scale_with_size() -> None
     ],
 )
 def test_generator_names_a_bad_arrival_or_mix(kwargs: dict[str, object], field: str) -> None:
-    with pytest.raises(InstanceError, match=f"^`{field}` must be one of ") as caught:
+    with pytest.raises(InputError, match=f"^`{field}` must be one of ") as caught:
         generate_trace(3, seed=0, **kwargs)  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)

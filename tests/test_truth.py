@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lambdadnn import Instance, InstanceError, NoiseModel, load_instance
+from lambdadnn import InputError, Instance, NoiseModel, load_instance
 from lambdadnn.models import performance
 from lambdadnn.simulator.truth import TRUTH_KEYS, Truth
 
@@ -20,7 +20,7 @@ MEMORY = np.array([512.0, 1769.0, 3008.0, 6000.0, 10240.0])
 
 
 def _figures(instance: Instance, names: tuple[str, ...]) -> dict[str, performance.Array]:
-    values = performance.parameter_values(instance.parameters())
+    values = instance.values()
     return performance.figures(values, 4.0, MEMORY, names)
 
 
@@ -99,6 +99,6 @@ def test_parse_and_of_agree() -> None:
     (3, "`truth` must be"),
 ])
 def test_bad_truths_name_the_key(value: object, says: str) -> None:
-    with pytest.raises(InstanceError, match=says) as caught:
+    with pytest.raises(InputError, match=says) as caught:
         Truth.of(value)  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)

@@ -20,6 +20,7 @@ def test_a_scale_out_of_range_is_refused_by_name(item: str) -> None:
     assert f"`truth.{key}` must be in [0.01, 100]" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["rate_scale", "bandwidth_scale", "startup_scale"])
 @pytest.mark.parametrize("value", ["0.01", "100"])
 def test_the_edges_of_the_range_simulate(key: str, value: str) -> None:

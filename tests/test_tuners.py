@@ -38,8 +38,7 @@ GUARANTEE = 0.999
 def _instance(name: str, deadline_s: float = 1200.0, epochs: int | None = None) -> Instance:
     base = load_instance(ROOT / "instances" / f"{name}.yaml")
     workload = dataclasses.replace(base.workload, epochs=epochs or base.workload.epochs)
-    objective = dataclasses.replace(base.objective, deadline_s=deadline_s)
-    return dataclasses.replace(base, workload=workload, objective=objective)
+    return dataclasses.replace(base, workload=workload).with_deadline(deadline_s)
 
 
 class Recorder:
@@ -99,7 +98,7 @@ def test_power_tuning_n_is_the_smallest_meeting_the_quantile_at_the_largest_size
     instance = _instance("resnet50-cifar10", deadline_s=900.0)
     n = power_tuning_functions(instance, 10240, NOISE, GUARANTEE)
     terms = planning_noise(NOISE, GUARANTEE, instance.max_functions)
-    values = performance.parameter_values(instance.parameters())
+    values = instance.values()
 
     def quantile(functions: int) -> float:
         return float(performance.figures(values, functions, 10240.0, ("deadline_time",),
@@ -152,7 +151,7 @@ def test_the_extrapolation_is_the_documented_formula() -> None:
     for run in runs:
         measured.add(run)
     samples = np.concatenate([run.iteration_s for run in runs])
-    k = float(performance.figures(performance.parameter_values(instance.parameters()), 4,
+    k = float(performance.figures(instance.values(), 4,
                                   3008, ("iterations",))["iterations"])
     z = normal_quantile(GUARANTEE)
     load = np.mean([run.load_s / run.load_share for run in runs])

@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lambdadnn.models import bounds as model_bounds
-from lambdadnn.models import performance as model
 from lambdadnn.solver.errors import InstanceError, NoValidPlanError
-from lambdadnn.solver.instance import MB_PER_VCPU, load_instance
+from lambdadnn.solver.instance import MB_PER_VCPU
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import evaluate, solve
 from tests.agreement import assert_solves_as_brute_force
 from tests.oracle import read
@@ -115,6 +115,7 @@ def limited_instances(draw: st.DrawFn) -> dict[str, Any]:
     return mapping
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(limited_instances())
 def test_solve_with_a_vcpu_limit_is_the_brute_force_answer(mapping: dict[str, Any]) -> None:
@@ -136,7 +137,7 @@ def test_each_row_of_the_box_ends_at_its_largest_memory_within_the_limit(
     instance = load_instance(mapping)
     budget = instance.platform.vcpu_memory_mb
     assert budget is not None
-    values = model.parameter_values(instance.parameters())
+    values = instance.values()
     memory = instance.platform.memory.values()
     found = model_bounds.box(
         values, memory, max_functions=instance.max_functions,

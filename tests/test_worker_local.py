@@ -21,6 +21,8 @@ from lambdadnn.launcher.channel import ParameterChannel
 from lambdadnn.launcher.local import cap_cpu, run_local
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
 
+pytestmark = pytest.mark.real  # a redis-server and torch workers
+
 PLAN = LaunchSpec(functions=2, memory_mb=1769, local_batch=32, iterations=300, time_s=60.0,
                   restarts=0, platform="aws-lambda-x86_64", architecture="x86_64")
 

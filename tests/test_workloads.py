@@ -122,6 +122,7 @@ def test_the_mlp_has_thirty_times_the_cnns_parameters_for_the_same_compute() -> 
     assert flops[1] / flops[0] == pytest.approx(1, abs=0.1)
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_each_shipped_workload_trains_with_two_workers(name: str, redis_url: str) -> None:
     report = run_local(SHORT, redis_url=redis_url, workload=name)
@@ -131,6 +132,7 @@ def test_each_shipped_workload_trains_with_two_workers(name: str, redis_url: str
     assert report.test_accuracy is not None and report.test_accuracy > 0.7
 
 
+@pytest.mark.real
 def test_a_users_factory_module_trains_in_the_workers(user_package: str, redis_url: str) -> None:
     """Found through the launcher's sys.path alone: the workers get its folder too."""
     reference = f"{user_package}.models:make_workload"

@@ -43,7 +43,7 @@ from lambdadnn.simulator.world import (
 )
 from lambdadnn.simulator.world.config import Bandwidth
 from lambdadnn.simulator.worlds import job_spec
-from lambdadnn.solver.instance import load_instance
+from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.pipeline import evaluate, solve
 
 INSTANCES = sorted(Path(__file__).resolve().parent.parent.glob("instances/*.yaml"))

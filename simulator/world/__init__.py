@@ -5,7 +5,7 @@ Nothing here imports `lambdadnn.models`, `lambdadnn.solver` or any other lambdad
 `lambdadnn.simulator.worlds`. The schema and every mechanism: docs/WORLD.md.
 """
 
-from lambdadnn.simulator.world.config import (
+from .config import (
     Bandwidth,
     ColdStart,
     Cpu,
@@ -20,7 +20,7 @@ from lambdadnn.simulator.world.config import (
     Tail,
     World,
 )
-from lambdadnn.simulator.world.engine import (
+from .engine import (
     MAX_CRASHES_WITHOUT_CHECKPOINT,
     MAX_EVENTS,
     MAX_TRIAL_ITERATIONS,
@@ -32,9 +32,9 @@ from lambdadnn.simulator.world.engine import (
     run_plan,
     trial,
 )
-from lambdadnn.simulator.world.errors import WorldError
-from lambdadnn.simulator.world.job import JobSpec
-from lambdadnn.simulator.world.streams import Key
+from .errors import WorldError
+from .job import JobSpec
+from .streams import Key
 
 __all__ = [
     "MAX_CRASHES_WITHOUT_CHECKPOINT",

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from lambdadnn.simulator.world.errors import WorldError, clipped, shown
-from lambdadnn.simulator.world.errors import shown_path as shown_path_of
+from .errors import WorldError, clipped, shown
+from .errors import shown_path as shown_path_of
 
 MAX_FILE_BYTES = 1 << 20  # a world file is a few hundred bytes
 MAX_NAME_CHARS = 100  # names appear in every table

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from lambdadnn.simulator.world.config import World
+from .config import World
 
 __all__ = ["random_world"]
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lambdadnn.simulator.world import streams as st
-from lambdadnn.simulator.world.config import World
-from lambdadnn.simulator.world.errors import WorldError, shown
-from lambdadnn.simulator.world.job import JobSpec
-from lambdadnn.simulator.world.streams import FloatArray, IntArray, Key, Streams, check_key
+from . import streams as st
+from .config import World
+from .errors import WorldError, shown
+from .job import JobSpec
+from .streams import FloatArray, IntArray, Key, Streams, check_key
 
 # The limits past which a run is abandoned (finished False, reason "abandoned") rather than
 # simulated on: at a 900 s timeout 10,000 rounds are 104 days of training; 100 crashes in a

@@ -6,7 +6,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from lambdadnn.simulator.world.errors import WorldError, shown
+from .errors import WorldError, shown
 
 # Fields that may be negative (a fitted line's slope or intercept) or infinite (no cap).
 _SIGNED = frozenset({"rate_slope", "rate_intercept", "storage_slope", "storage_intercept"})

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from lambdadnn.simulator.world.errors import WorldError, shown
+from .errors import WorldError, shown
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

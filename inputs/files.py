@@ -13,10 +13,10 @@ import os
 import stat
 from pathlib import Path
 
-from lambdadnn.models.errors import LambdaDnnError
-from lambdadnn.solver.errors import InstanceError
+from .errors import InputError
 
 MAX_INPUT_BYTES = 4 * 1024 * 1024  # far above any instance, plan or 10,000-job trace
+MAX_TRACE_JOBS = 100_000  # per trace, read or generated: ten times the paper's 10,000 jobs
 BRIEF_CHARS = 40
 
 
@@ -41,12 +41,12 @@ def _cut(shown: str, limit: int) -> str:
 
 
 def read_text(
-    path: Path, *, what: str, error: type[LambdaDnnError] = InstanceError,
-    max_bytes: int = MAX_INPUT_BYTES,
+    path: Path, *, what: str, error: type[InputError], max_bytes: int = MAX_INPUT_BYTES,
 ) -> str:
     """The UTF-8 text of a regular file of at most `max_bytes`, or `error` in one line.
 
-    `what` names the expected content in messages ("an instance YAML", "a plan JSON").
+    `what` names the expected content in messages ("an instance YAML", "a plan JSON"); `error`
+    is the reading domain's (`InstanceError`, `TraceError`, `PlanError`).
     """
     shown = brief(str(path), 80)
     try:
