@@ -108,6 +108,12 @@ def _integer(
     return whole
 
 
+def _whole_batch(local_batch: float) -> int:
+    """The samples a worker takes per iteration: the model's (real) local batch, rounded, at
+    least 1."""
+    return max(1, round(local_batch))
+
+
 def _fields(payload: object, source: str) -> dict[str, Any]:
     """The checked constructor arguments of a `LaunchSpec`, from plan keys; other keys ignored.
 
@@ -130,7 +136,7 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
     fields = {
         "functions": _integer(payload, "functions", source, 1, MAX_CONCURRENCY),
         "memory_mb": _integer(payload, "memory_mb", source, low, high),
-        "local_batch": max(1, round(_number(payload, "local_batch", source))),
+        "local_batch": _whole_batch(_number(payload, "local_batch", source)),
         "iterations": math.ceil(_number(payload, "iterations", source)),
         "time_s": _number(payload, "time_s", source),
         "restarts": (0 if payload.get("restarts") is None
@@ -213,7 +219,7 @@ class LaunchSpec:
         the very instance it was solved from; checked once, by the constructor."""
         return cls(
             functions=plan.functions, memory_mb=plan.memory_mb,
-            local_batch=max(1, round(plan.local_batch)), iterations=math.ceil(plan.iterations),
+            local_batch=_whole_batch(plan.local_batch), iterations=math.ceil(plan.iterations),
             time_s=plan.time_s, restarts=plan.restarts, platform=plan.platform,
             architecture=plan.architecture, status=plan.status, guarantee=plan.guarantee,
             deadline_s=plan.deadline_s, instance=plan.solved_from,
