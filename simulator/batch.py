@@ -29,9 +29,9 @@ arrivals.
 
 Defaults. `window_s` = 30 s: a job arriving at a busy scheduler loses at most 5% of the
 shortest shipped deadline (600 s) waiting for its plan; 15 s saved 0.6% of the cost on a
-saturated pool (benchmarks/batch.py) for twice the solves. `slot_s` = 30 s: the MILP counts a
-run as holding its functions up to the check point before its finish, up to a slot more than
-it runs (5% of a 600-s run); 15 s cost the same there, at 2.5 times the solve time. An
+saturated pool (benchmarks/batch.py) for twice the solves. `slot_s` = 30 s: a job starts at
+its submission or on the 30 s grid, so it waits at most 30 s for room that opens between
+(5% of a 600-s deadline). An
 epoch whose deadlines are so long that its grid would not fit (Philly's, days long) plans on
 the least coarser slot that fits (`solver.many.fitting_slot`).
 `time_limit_s` = 2 s and a gap of `BATCH_GAP` (1%) bound each epoch's solve: at 0.1%, half

@@ -50,6 +50,7 @@ class Candidates:
 def enumerate_candidates(
     values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, row_hi: Index,
     deadline_s: float, noise: model.NoiseTerms | None = None, *, ceiling: float | None = None,
+    weight: float = 0.0, above: float = np.inf,
 ) -> Candidates:
     """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
 
@@ -58,6 +59,11 @@ def enumerate_candidates(
 
     Row `rows[i]` spans the memory indices `m_lo..row_hi[i]` (a vCPU limit lowers the top
     of the rows with many functions).
+
+    With a `weight` w ≥ 0 the plans are ranked by cost + w·n instead of the cost: a schedule
+    prices each function it holds (`solver.pricing`). The bound stays valid, n being fixed
+    along a row; the result holds every plan that could be (tied with) the least of it, of
+    those ranked at most `above` (a plan known to reach it: the search starts there).
 
     `time` in the result is the time checked against the deadline: the model's, or under a
     guarantee its quantile (`noise`); the cost is always the expected one.
@@ -69,7 +75,7 @@ def enumerate_candidates(
     found_t: list[Array] = []
     found_c: list[Array] = []
     evaluated = 0
-    incumbent = np.inf if ceiling is None else ceiling
+    incumbent = above if ceiling is None else ceiling
 
     def record(n: Index, index: Index, real: npt.NDArray[np.bool_]) -> dict[str, Array]:
         """Evaluate plans n[i] × memory[index[i, j]]; keep the `real` ones that are feasible."""
@@ -82,7 +88,8 @@ def enumerate_candidates(
         found_t.append(figures[checked][feasible])
         found_c.append(figures["cost"][feasible])
         if feasible.any() and ceiling is None:
-            incumbent = min(incumbent, float(found_c[-1].min()))
+            ranked = found_c[-1] + weight * found_n[-1]
+            incumbent = min(incumbent, float(ranked.min()))
         return figures
 
     n = rows.astype(np.int64)
@@ -105,7 +112,7 @@ def enumerate_candidates(
         floor = model_bounds.cost_lower_bound(
             values, n[:, None].astype(np.float64), memory[starts], at_end["time"],
             at_end["restarts"],
-        )
+        ) + weight * n[:, None]
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
         keep &= ends > starts  # a one-point piece was evaluated exactly just now
         n = np.broadcast_to(n[:, None], keep.shape)[keep]
@@ -176,3 +183,84 @@ def fastest_choices(
     fastest = float(time[front[0]])
     rivals = front[1:][time[front[1:]] <= fastest * (1 + PRUNE_RTOL)]
     return _choices(int(front[0]), rivals, time, fastest)
+
+
+@dataclass(frozen=True)
+class Least:
+    """For each query, the plan of least cost + weight·n found below its `above` (found false:
+    none is, or none meets its time), as parallel arrays."""
+
+    found: npt.NDArray[np.bool_]
+    functions: Index
+    memory_index: Index
+    time: Array
+    cost: Array
+
+
+def least_priced(
+    values: tuple[float, ...], memory: Array, m_lo: int, functions: Index, row_hi: Index,
+    query: Index, within: Array, weight: Array, above: Array,
+    noise: model.NoiseTerms | None = None,
+) -> Least:
+    """Many searches at once, each `enumerate_candidates(weight=...)` with its own deadline
+    `within[q]`, weight and starting incumbent `above[q]`: interval i is row `functions[i]`
+    (memory indices m_lo..row_hi[i]) of query `query[i]`. The same pruning, per query."""
+    checked = model.deadline_figure(noise)
+    names = tuple(dict.fromkeys(("time", "restarts", "cost", checked)))
+    queries = len(within)
+    incumbent = above.astype(np.float64).copy()
+    found = np.zeros(queries, dtype=np.bool_)
+    best_n = np.zeros(queries, dtype=np.int64)
+    best_m = np.zeros(queries, dtype=np.int64)
+    best_t = np.zeros(queries)
+    best_c = np.zeros(queries)
+
+    def record(q: Index, n: Index, index: Index, real: npt.NDArray[np.bool_]
+               ) -> dict[str, Array]:
+        figures = model.figures(values, n[:, None], memory[index], names, noise)
+        owner = np.broadcast_to(q[:, None], index.shape)
+        ranked = figures["cost"] + weight[q][:, None] * n[:, None]
+        good = real & (figures[checked] <= within[q][:, None]) & (ranked < incumbent[owner])
+        if good.any():
+            who, rank = owner[good], ranked[good]
+            order = np.lexsort((figures[checked][good], rank, who))
+            first = order[np.r_[True, who[order][1:] != who[order][:-1]]]
+            winner = who[first]
+            better = rank[first] < incumbent[winner]
+            winner, first = winner[better], first[better]
+            incumbent[winner] = rank[first]
+            found[winner] = True
+            best_n[winner] = np.broadcast_to(n[:, None], index.shape)[good][first]
+            best_m[winner] = index[good][first]
+            best_t[winner] = figures[checked][good][first]
+            best_c[winner] = figures["cost"][good][first]
+        return figures
+
+    q = query.astype(np.int64)
+    n = functions.astype(np.int64)
+    lo = np.full(len(n), m_lo, dtype=np.int64)
+    hi = row_hi.astype(np.int64)
+    while len(n):
+        leaf = hi - lo + 1 <= LEAF
+        if leaf.any():
+            points = lo[leaf, None] + _LEAF_POINT
+            record(q[leaf], n[leaf], np.minimum(points, hi[leaf, None]),
+                   points <= hi[leaf, None])
+            q, n, lo, hi = q[~leaf], n[~leaf], lo[~leaf], hi[~leaf]
+            if not len(n):
+                break
+        width = (hi - lo + 1)[:, None]
+        starts = lo[:, None] + (_PIECE * width) // PIECES
+        ends = lo[:, None] + ((_PIECE + 1) * width) // PIECES - 1
+        at_end = record(q, n, ends, np.ones(ends.shape, dtype=np.bool_))
+        floor = model_bounds.cost_lower_bound(
+            values, n[:, None].astype(np.float64), memory[starts], at_end["time"],
+            at_end["restarts"],
+        ) + weight[q][:, None] * n[:, None]
+        keep = (at_end[checked] <= within[q][:, None])
+        keep &= floor <= incumbent[q][:, None] * (1 + PRUNE_RTOL)
+        keep &= ends > starts
+        q = np.broadcast_to(q[:, None], keep.shape)[keep]
+        n = np.broadcast_to(n[:, None], keep.shape)[keep]
+        lo, hi = starts[keep], ends[keep]
+    return Least(found, best_n, best_m, best_t, best_c)

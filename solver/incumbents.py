@@ -1,5 +1,6 @@
-"""Schedules for the timetable MILP to start from: a greedy placement, guided by the LP
-relaxation when there is one, then repaired and improved by moving one job at a time.
+"""Integer schedules from the master's columns: a greedy placement, guided by the LP
+relaxation when there is one, then repaired and improved by moving one job at a time
+(capacity checked at every moment of `solver.columns`' grid).
 
 HiGHS's own heuristics took 10–25 s to find a schedule within 1% on a thousand jobs, and its
 branch and bound is only as quick as its first incumbent. The LP relaxation leaves most jobs
@@ -30,7 +31,7 @@ ROUNDS = 4  # placements, each starting with the tasks the last could not place
 
 
 class Placement:
-    """Which column each task holds (-1: none) and the functions left at each check point."""
+    """Which column each task holds (-1: none) and the functions left at each moment."""
 
     def __init__(self, cols: Columns, tasks: Sequence[Task], free: Array,
                  preference: Array | None) -> None:

@@ -1,8 +1,9 @@
 """`solve_many()`: one plan and one start for each of many jobs sharing a concurrency limit.
 
-Each job's options are its exact (time, cost) Pareto front (`solver.options`); the choice of
-an option and a start for every job is the time-indexed MILP of `solver.timetable`, built in
-Pyomo and solved by HiGHS. The answer is re-checked as `solve()` re-checks its plan: every
+The choice of a plan (any of a job's plans) and a start for every job is the time-indexed
+MILP of `solver.timetable`, solved by column generation with `solve()`'s branch and bound as
+the pricing oracle (`solver.pricing`) over a master built in Pyomo and solved by HiGHS
+(`solver.master`). The answer is re-checked as `solve()` re-checks its plan: every
 job's plan is evaluated again by the model, every met deadline re-tested at the real start
 and finish, and the functions held over time swept exactly (`solver.capacity.peak`); a
 schedule that fails any of it is never returned.
@@ -17,11 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..inputs.files import brief
-from ..models.noise import NoiseModel
+from ..models.noise import NoiseModel, PlanningNoise, planning_noise
 from .capacity import Capacity, peak
 from .columns import Task, meets
 from .errors import InstanceError, NoValidPlanError, SolverError
+from .fit_uncertainty import corner
 from .instance import MAX_CONCURRENCY, MAX_SECONDS, Instance
 from .instance_validation import (
     non_negative_number,
@@ -33,6 +37,7 @@ from .options import options
 from .pipeline import RECHECK_RTOL, check_guarantee, evaluate
 from .pipeline import fastest as fastest_plan
 from .plan import Evaluation
+from .pricing import Catalogue
 from .schedule import (
     Schedule,
     ScheduledJob,
@@ -40,18 +45,18 @@ from .schedule import (
     Submission,
     due_time,
 )
-from .timetable import PHASES, Answer, solve_timetable
+from .timetable import PHASES, Answer, gap_of, proven, solve_timetable
 
 DEFAULT_SLOT_S = 60.0
 DEFAULT_TIME_LIMIT_S = 10.0
 DEFAULT_GAP = 1e-3
-MAX_SCHEDULE_JOBS = 10_000
-# The grid solve_many builds at most. A job of deadline d has at most d/slot + 1 starts, each
-# with at most d/slot + 1 columns (one per last check point), so Σ (d/slot + 1)² bounds the
-# columns from the submissions alone, before anything is allocated. On the paper's mix the
-# columns come to about a quarter of it (10,000 jobs at the default 60 s slot: a bound of 2.6
-# million, 660,000 columns, 0.2 GB of arrays); the cap admits that and keeps the arrays
-# under a GB. The Pyomo model is bounded apart (`timetable.MAX_MODEL_NONZEROS`).
+MAX_SCHEDULE_JOBS = 100_000
+# The grid solve_many builds at most. A job of deadline d has at most d/slot + 1 starts, and
+# the pricing at most d/slot + 1 classes of plans at each (one per priced moment it can
+# reach), so Σ (d/slot + 1)² bounds the classes from the submissions alone, before anything
+# is allocated (10,000 jobs of the paper's mix at the default 60 s slot: a bound of 2.6
+# million); the cap keeps the pricing's arrays under a GB. The master is bounded apart
+# (`timetable.MAX_MASTER_NONZEROS`).
 MAX_COLUMN_BOUND = 4_000_000
 MAX_CHECK_POINTS = 1_000_000
 OBJECTIVE_RTOL = 1e-6  # HiGHS's objective against ours: its sums carry its tolerances
@@ -174,8 +179,10 @@ def _recheck(entry: ScheduledJob, kind: int, key: Instance, guarantee: float | N
             f"the model gives {checked.deadline_time_s!r} s and ${checked.cost_usd!r}, the "
             f"schedule {entry.time_s!r} s and ${entry.cost_usd!r}"
         )
+    # The schedule's time decides a deadline, as the search's decides `solve()`'s: the
+    # re-evaluation may round it otherwise in the last place (above), one ulp across a due time.
     if entry.start_s < entry.submit_s or entry.met != bool(
-        meets(entry.start_s, checked.deadline_time_s, entry.due_s)
+        meets(entry.start_s, entry.time_s, entry.due_s)
     ):
         raise SolverError(
             f"re-check failed for job {entry.index}: it starts at {entry.start_s!r} s "
@@ -234,17 +241,32 @@ def solve_many(
     slowest = [0.0] * len(keys)
     for kind, job in zip(kinds, submitted, strict=True):
         slowest[kind] = max(slowest[kind], job.deadline_s)
+    planning = [_planning(key, share, noise) for key in keys]
     fronts = [options(key, guarantee=share, noise=noise, max_functions=limit,
                       slowest_s=slowest[kind]) for kind, key in enumerate(keys)]
-    tasks = [Task(job.submit_s, job.due_s, fronts[kind].within(job.deadline_s))
+    catalogues = [
+        Catalogue.of(corner(key, planning[kind]).instance, fronts[kind], planning[kind],
+                     min(limit, key.max_functions), slowest[kind])
+        for kind, key in enumerate(keys)
+    ]
+    tasks = [Task(job.submit_s, job.due_s, kind, fronts[kind].within(job.deadline_s))
              for kind, job in zip(kinds, submitted, strict=True)]
     answer = solve_timetable(
-        tasks, concurrency=limit, slot=slot, time_limit_s=seconds - (time.perf_counter() - started),
-        gap=number, reserved=held, progress=report,
+        tasks, catalogues, concurrency=limit, slot=slot,
+        time_limit_s=seconds - (time.perf_counter() - started), gap=number, reserved=held,
+        progress=report,
     )
     report(PHASES[-1])
     return _schedule(submitted, kinds, keys, tasks, answer, limit, slot, held, share, noise,
-                     started)
+                     number, started)
+
+
+def _planning(instance: Instance, guarantee: float | None,
+              noise: NoiseModel | None) -> PlanningNoise | None:
+    """The noise terms `solve(guarantee=)` plans with (None without a guarantee)."""
+    if guarantee is None:
+        return None
+    return planning_noise(noise or NoiseModel(), guarantee, instance.max_functions)
 
 
 def _column_bound(deadlines: list[float], slot: float) -> float:
@@ -328,21 +350,18 @@ def _schedule(
     submitted: list[_Job], kinds: list[int], keys: list[Instance], tasks: list[Task],
     answer: Answer, limit: int, slot: float,
     reserved: list[tuple[float, float, int]], guarantee: float | None,
-    noise: NoiseModel | None, started: float,
+    noise: NoiseModel | None, target_gap: float, started: float,
 ) -> Schedule:
     """The answer as a `Schedule`, missed jobs placed late, everything re-checked."""
     capacity = Capacity(limit)
     for start, finish, functions in reserved:
         capacity.take(start, functions, finish - start)
     runs: dict[int, tuple[int, int, float, float, float]] = {}
-    for index, (k, start) in enumerate(zip(answer.option.tolist(), answer.start_s.tolist(),
-                                           strict=True)):
-        if k < 0:
-            continue
-        opts = tasks[index].options
-        runs[index] = (int(opts.functions[k]), int(opts.memory_mb[k]), start,
-                       float(opts.time_s[k]), float(opts.cost_usd[k]))
-        capacity.take(start, runs[index][0], runs[index][3])
+    for index in np.flatnonzero(answer.functions >= 0).tolist():
+        runs[index] = (int(answer.functions[index]), int(answer.memory_mb[index]),
+                       float(answer.start_s[index]), float(answer.time_s[index]),
+                       float(answer.cost_usd[index]))
+        capacity.take(runs[index][2], runs[index][0], runs[index][3])
     missed = [index for index in range(len(tasks)) if index not in runs]
     by_kind: dict[int, tuple[int, int, float, float]] = {}  # one solve per instance
     for index in missed:
@@ -380,17 +399,17 @@ def _schedule(
             f"re-check failed: the schedule's objective is ${objective!r}, HiGHS's "
             f"${answer.objective_usd!r}"
         )
-    bound = min(answer.bound_usd, objective)
-    gap = (objective - bound) / objective if objective > 0 else 0.0
     everyone = all(e.met for e in entries)
-    proven = answer.solver_status in ("optimal", "not_run")
-    status: ScheduleStatus = (
-        ("optimal" if proven else "feasible") if everyone else "infeasible"
-    )
+    status: ScheduleStatus
+    if everyone:
+        status = "optimal" if proven(objective, answer.bound_usd, target_gap) else "feasible"
+    else:
+        status = "infeasible" if answer.miss_proven else "feasible"
     return Schedule(
         status=status, concurrency=limit, slot_s=slot,
         total_cost_usd=sum(e.cost_usd for e in entries), objective_usd=objective,
-        lower_bound_usd=bound, gap=gap, solver_status=answer.solver_status,
+        lower_bound_usd=answer.bound_usd, gap=gap_of(objective, answer.bound_usd),
+        solver_status=answer.solver_status,
         solve_seconds=time.perf_counter() - started, columns=answer.columns,
         check_points=answer.check_points, peak_functions=top, jobs=tuple(entries),
     )

@@ -67,17 +67,18 @@ class ScheduledJob:
 class Schedule:
     """The answer of `solve_many()`.
 
-    `status`: `optimal` — every deadline met, and HiGHS proved the cost within `gap` of the
-    least on the start grid (or the jobs' own optima fit, so nothing is cheaper: `solver_status`
-    `not_run`); `feasible` — every deadline met, not proven (the time limit); `infeasible` —
-    some deadline missed (`missed`); when `solver_status` is `optimal` no schedule of the jobs'
-    front options on the start grid misses fewer (docs/MODEL.md says what that leaves out).
-    `objective_usd` is what the MILP minimises: the cost of the jobs that meet their deadline
-    plus a penalty per miss; `lower_bound_usd` is the best bound on it (the per-job optima's
-    sum, the LP relaxation, HiGHS's branch and bound) and `gap` their relative difference.
-    `total_cost_usd` is what running every job costs, late ones included. `columns` and
-    `check_points` are the MILP's size; `peak_functions` the most functions held at once,
-    `reserved` runs included, found by an exact sweep.
+    `status`: `optimal` — every deadline met, the cost within `gap` of `lower_bound_usd`;
+    `feasible` — every deadline met without that proof, or some missed without a proof that a
+    miss is unavoidable; `infeasible` — some deadline missed (`missed`), and no schedule on the
+    start grid meets every deadline (proven; docs/MODEL.md, "Statuses").
+    `objective_usd` is what the model minimises: the cost of the jobs that meet their deadline
+    plus a penalty per miss; `lower_bound_usd` is a bound on it over every plan and start on
+    the grid (column generation's Lagrangian bound, never clamped to the answer) and `gap`
+    their relative difference (0 when the answer is below it: a job placed late off the grid).
+    `total_cost_usd` is what running every job costs, late ones included. `columns` is the
+    master's size at the end and `check_points` the moments capacity is checked at;
+    `peak_functions` the most functions held at once, `reserved` runs included, found by an
+    exact sweep.
     """
 
     status: ScheduleStatus

@@ -1,38 +1,35 @@
-"""The time-indexed MILP behind `solve_many`: one plan and one start for each job, under one
-concurrency limit, built in Pyomo and solved by HiGHS.
+"""The schedule behind `solve_many`: one plan and one start for each job under one concurrency
+limit, by column generation (Dantzig–Wolfe) over every plan, with `solve()`'s branch and bound
+as the pricing oracle.
 
-Time is cut at check points g_i = t0 + i·slot. A job may start at its submission or at any
-check point after it; at start a on option k (time T_k, functions n_k) it holds its
-functions over [a, a + T_k), which the model counts at check points ⌊(a − t0)/slot⌋ up to
-⌊(a + T_k − t0)/slot⌋ — from the check point at or before its start (a start at submission
-falls between check points) to the last one before its finish. Every run that is in progress
-at a moment t is then counted at the check point at or before t, so the capacity rows
+The model (docs/MODEL.md): a column is a job j on a plan p = (n, m) from a start a on the grid
+(`solver.columns`) with a + T_p ≤ due_j; it holds n functions at the moments a ≤ τ < a + T_p.
+Binary x per column, u_j when j is missed:
 
-    Σ n_k · x_{j,k,a}  over the columns that count at g_i   ≤   concurrency,   every i,
+    Σ_columns of j x + u_j = 1                      every job j
+    Σ_columns at τ n · x ≤ free_τ                    every moment τ a run may start at
+    minimise Σ c · x + Σ_j penalty_j · u_j.
 
-bound the functions held at every moment, not only at the check points: a schedule the model
-accepts never exceeds the limit (a start at submission is counted from up to one slot early,
-the price of the soundness). Deadlines are exact: a column exists only if a + T_k ≤ submit +
-deadline. Each job takes one column or none:
+Checking capacity at every possible start checks it at every moment, so the model is exact
+for starts on the grid. It has a column for every plan at every start — millions — so it is
+never written out. The master (`solver.master`) starts from each job's cheapest plan at each
+start; each round solves its LP relaxation, reads the prices π_τ ≥ 0 of the moments and
+prices every job over every plan (`solver.pricing`), adding the columns whose reduced cost is
+negative. For any π ≥ 0,
 
-    Σ_{k,a} x_{j,k,a} + u_j = 1,    minimise  Σ c_k·x_{j,k,a} + Σ penalty_j·u_j.
+    L(π) = Σ_j min(penalty_j, min over j's columns of [c + n · Σ_{τ held} π_τ]) − Σ_τ π_τ·free_τ
 
-The columns (`solver.columns`) are cut to those that can matter: at a start, of the options
-that count at the same check points the cheapest (the slowest) dominates the rest, so one
-option per last check point remains. A missed deadline is priced at the job's dearest option
-plus more than every job's cost can vary together (Σ_j (dearest_j − cheapest_j) + mean
-cheapest), so the optimum meets as many deadlines as any schedule of these columns can, then
-costs least.
+is at most the optimum (a schedule within capacity pays at least its priced cost), whatever
+columns the master holds; the pricing computes each minimum exactly over every plan, so the
+best L(π) seen is a lower bound over every schedule on the grid, and at convergence it is the
+LP bound of the whole model. Integer schedules come from the greedy placement guided by the
+LP values (`solver.incumbents`) and then HiGHS's branch and bound over the columns generated
+(price and branch); the gap is measured against L, never against HiGHS's own bound over the
+generated columns only.
 
-A greedy schedule (earliest due first, each job's cheapest column that fits), then one
-guided by the LP relaxation (`solver.incumbents`), is the incumbent HiGHS's branch and bound
-starts from: every answer, even at the time limit, is a schedule (`solve_timetable`).
-
-The time limit covers everything. Pyomo compiles the model at a few microseconds a nonzero
-(5.5 million for ten thousand jobs of the paper's mix at the 60 s slot: 20–45 s), so a model
-that would not be built within half the time left, or that would take more than a few GB, is
-not built: the greedy schedule stands, measured against the cost floor (every job on its
-cheapest option) or, better, the Lagrangian bound of `solver.lagrange` in the time left.
+A miss is proven, not assumed: if for some π ≥ 0 the least functions-weighted price of every
+job together, Σ_j min [n · Σ_{τ held} π_τ], exceeds Σ_τ π_τ·free_τ, no schedule on the grid
+meets every deadline (each would hold at most free_τ at every τ).
 """
 
 from __future__ import annotations
@@ -46,44 +43,60 @@ import numpy as np
 import numpy.typing as npt
 
 from . import highs
-from .columns import Columns, Task, columns, fitting, free_functions
+from .columns import Columns, Grid, Task, distinct, grid
 from .highs import Status
-from .incumbents import incumbent as initial
-from .lagrange import lagrangian_bound
+from .incumbents import incumbent as placed
+from .master import Master, objective
+from .pricing import OFFERED_PER_JOB, REDUCED_RTOL, Catalogue, Offer, Starts, price, reach
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
-# Pyomo's build and compile per nonzero of the model, at the fast end of what was measured
-# (4–12 µs on 2 cores, idle to loaded): a model is skipped only when even that is too slow.
-BUILD_S_PER_NONZERO = 4e-6
-# The Pyomo model's memory is about half a kilobyte a nonzero (ten thousand jobs, 5.5 million
-# nonzeros: 2.96 GB); a larger model is not built, whatever the time limit.
-MAX_MODEL_NONZEROS = 6_000_000
 # What `solve_many` reports to `progress`, in order (a phase may be skipped).
-PHASES = ("fronts", "grid", "greedy schedule", "model", "relaxation", "branch and bound",
-          "re-check")
+PHASES = ("fronts", "grid", "greedy schedule", "master", "column generation",
+          "branch and bound", "re-check")
+# Rounds of column generation at most: each adds a few columns per job.
+MAX_ROUNDS = 500
+# The master's first columns' nonzeros at most (HiGHS holds some 100 bytes a nonzero): past
+# it the greedy schedule stands, measured against the cheapest plans' bound L(0).
+MAX_MASTER_NONZEROS = 20_000_000
+# Classes (and columns) enumerated at most to complete the master for branch and bound
+# (`pricing.reach`).
+MAX_REACH = 2_000
+MAX_REACH_COLUMNS = 200_000
+# Sums of a few thousand costs agree to this much: a gap below it is a gap of 0.
+GAP_RTOL = 1e-12
+# A proof that some deadline must be missed needs Σ_j min [n·π(held)] above Σ π·free by this
+# share of the latter (float sums carry rounding).
+MISS_RTOL = 1e-9
 
 
 @dataclass(frozen=True)
 class Answer:
-    """The MILP's choice per task (an index into its options and a start; -1 and NaN for
-    none), kept apart from HiGHS's status, objective and bound; `solver_status` is `not_run`
-    when the greedy schedule was already provably optimal (or there was nothing to choose)."""
+    """The chosen column of each task (functions −1 and NaN for a missed one), kept apart from
+    how it was found: the objective, the bound L over every plan on the grid, whether a miss
+    is proven, HiGHS's last status (`not_run`: no HiGHS was needed) and the model's size."""
 
-    option: Index
+    functions: Index
+    memory_mb: Index
     start_s: Array
+    time_s: Array
+    cost_usd: Array
     penalty_usd: Array
     objective_usd: float
     bound_usd: float
+    miss_proven: bool
     solver_status: Status
     columns: int
     check_points: int
+    rounds: int
     seconds: float
 
 
 def penalties(tasks: Sequence[Task]) -> Array:
-    """Each task's price for a missed deadline (see the module's docstring); 0 for a task
-    with no option, which misses whatever is chosen."""
+    """Each task's price for a missed deadline: its fastest plan's cost plus more than the
+    front costs of all tasks can vary together (Σ_k (dearest_k − cheapest_k) + mean cheapest),
+    so a schedule of front plans never trades a met deadline for a saving; 0 for a task with
+    no plan, which misses whatever is chosen."""
     dearest = np.array([t.options.cost_usd[0] if len(t.options) else 0.0 for t in tasks])
     cheapest = np.array([t.options.cost_usd[-1] if len(t.options) else 0.0 for t in tasks])
     has = np.array([len(t.options) > 0 for t in tasks], dtype=bool)
@@ -93,187 +106,138 @@ def penalties(tasks: Sequence[Task]) -> Array:
     return np.where(has, dearest + spread, 0.0)
 
 
-def _objective(chosen: Index, cols: Columns, penalty: Array) -> float:
-    taken = chosen >= 0
-    return float(cols.cost_usd[chosen[taken]].sum() + penalty[~taken].sum())
+def gap_of(objective_usd: float, bound_usd: float) -> float:
+    """The relative gap of an objective to a bound (0 when the objective is 0 or below it)."""
+    return max(0.0, (objective_usd - bound_usd) / objective_usd) if objective_usd > 0 else 0.0
 
 
-def _gap(objective: float, bound: float) -> float:
-    return (objective - bound) / objective if objective > 0 else 0.0
+def proven(objective_usd: float, bound_usd: float, gap: float) -> bool:
+    """Whether the gap is within `gap`, float sums' rounding (GAP_RTOL) allowed."""
+    return gap_of(objective_usd, bound_usd) <= gap + GAP_RTOL
 
 
-def _answer(chosen: Index, cols: Columns, penalty: Array, objective: float, bound: float,
-            status: Status, points: int, started: float) -> Answer:
-    taken = chosen >= 0
-    option = np.full(len(chosen), -1, dtype=np.int64)
-    start = np.full(len(chosen), np.nan)
-    option[taken], start[taken] = cols.option[chosen[taken]], cols.start_s[chosen[taken]]
-    return Answer(option, start, penalty, objective, bound, status, len(cols), points,
-                  time.perf_counter() - started)
+def _offered(offer: Offer, duals: Array) -> Index:
+    """The offered columns with negative reduced cost: at most OFFERED_PER_JOB per job, the
+    most negative first."""
+    reduced = offer.priced - duals[offer.task]
+    good = np.flatnonzero(reduced < -REDUCED_RTOL * (np.abs(offer.cost_usd) + 1e-9))
+    if not len(good):
+        return good
+    order = good[np.lexsort((reduced[good], offer.task[good]))]
+    task = offer.task[order]
+    rank = np.arange(len(order)) - np.searchsorted(task, task, side="left")
+    return order[rank < OFFERED_PER_JOB]
 
 
 def solve_timetable(
-    tasks: Sequence[Task], *, concurrency: int, slot: float, time_limit_s: float, gap: float,
-    reserved: Sequence[tuple[float, float, int]] = (),
+    tasks: Sequence[Task], catalogues: list[Catalogue], *, concurrency: int, slot: float,
+    time_limit_s: float, gap: float, reserved: Sequence[tuple[float, float, int]] = (),
     progress: Callable[[str], None] = lambda phase: None,
 ) -> Answer:
-    """The least-penalised schedule of `tasks` on the check points' grid (see the module),
-    around the functions `reserved` runs already hold (start, finish, functions).
-
-    The greedy schedule is the first incumbent. HiGHS solves the LP relaxation; its bound,
-    and the greedy guided by its values (which on traces of a thousand jobs lands within
-    0.1–0.5% of it), often prove the gap at once; otherwise HiGHS's branch and bound runs
-    from the better incumbent for the time left. `time_limit_s` may be used up already (then
-    the greedy schedule is the answer).
-    """
+    """The least-penalised schedule of `tasks` on the grid (see the module), around the
+    functions `reserved` runs already hold (start, finish, functions); the tasks' kinds index
+    `catalogues`. Stops once the gap to L is at most `gap`, or at `time_limit_s` (which may be
+    used up already: then the greedy schedule is the answer)."""
     started = time.perf_counter()
 
     def left() -> float:
         return time_limit_s - (time.perf_counter() - started)
 
     progress(PHASES[1])
-    t0 = min((task.submit_s for task in tasks), default=0.0)
-    cols = columns(tasks, t0=t0, slot=slot)
-    points = int(cols.stop.max(initial=0))
-    free = free_functions(reserved, concurrency=concurrency, t0=t0, slot=slot, points=points)
-    if reserved:
-        cols = fitting(cols, free)
+    moments = grid(tasks, slot=slot, concurrency=concurrency, reserved=reserved)
+    kind = np.array([task.kind for task in tasks], dtype=np.int64)
+    due = np.array([task.due_s for task in tasks])
+    pairs = Starts(moments.task, kind[moments.task], moments.start_s, moments.row,
+                   due[moments.task])
     penalty = penalties(tasks)
-    # The placements may spend a quarter of the time limit each; HiGHS the rest.
+    zero = np.zeros(len(moments.times))
+    first = price(pairs, catalogues, moments.times, zero, moments.free, penalty)
+    cols = distinct(_columns(moments, first.offer))
+    bound, miss_proven, proof = first.bound, first.needs_more > 0, first
     progress(PHASES[2])
-    incumbent = initial(cols, tasks, free, budget_s=max(0.0, min(time_limit_s / 4, left())))
-    objective = _objective(incumbent, cols, penalty)
-    # Every task on its cheapest option and none missed: nothing is cheaper.
-    floor = float(sum(t.options.cost_usd[-1] for t in tasks if len(t.options)))
-    if not len(cols) or (objective <= floor * (1 + 1e-12) and (incumbent >= 0).all()):
-        return _answer(incumbent, cols, penalty, objective, min(floor, objective), Status.NOT_RUN,
-                       points, started)
-    nonzeros = int((cols.stop - cols.first).sum()) + len(cols) + len(tasks)
-    if nonzeros > MAX_MODEL_NONZEROS or nonzeros * BUILD_S_PER_NONZERO > left() / 2:
-        # Half the time left prices the rows, the rest places the jobs as the prices choose.
-        priced, preference = lagrangian_bound(cols, penalty, free, target=objective,
-                                              budget_s=max(0.0, left() / 2))
-        bound = max(floor, priced)
-        if _gap(objective, bound) > gap and left() > 0:
-            guided = initial(cols, tasks, free, preference=preference,
-                             budget_s=max(0.0, left()))
-            if _objective(guided, cols, penalty) < objective:
-                incumbent, objective = guided, _objective(guided, cols, penalty)
-        status = Status.OPTIMAL if _gap(objective, bound) <= gap else Status.TIME_LIMIT
-        return _answer(incumbent, cols, penalty, objective, min(bound, objective), status,
-                       points, started)
-    # HiGHS 1.16 shares state across `Highs` objects and Pyomo's compiler is not thread-safe:
-    # the build, the LP and branch and bound hold the lock every HiGHS solve holds.
-    with highs.lock:
+    chosen = placed(cols, tasks, moments.free, budget_s=max(0.0, min(time_limit_s / 4, left())))
+    best = objective(chosen, cols, penalty)
+    status, rounds = Status.NOT_RUN, 0
+    size = int((cols.stop - cols.first).sum()) + 2 * len(cols)
+    if proven(best, bound, gap) or not len(cols) or left() <= 0 or size > MAX_MASTER_NONZEROS:
+        if not proven(best, bound, gap):
+            status = Status.TIME_LIMIT  # the master would not be built in time or in memory
+        return _answer(chosen, cols, penalty, best, bound, miss_proven, status, moments,
+                       rounds, started)
+    with highs.lock:  # HiGHS and Pyomo's compiler: one solve at a time in the process
         progress(PHASES[3])
-        milp = _Highs(cols, tasks, penalty, np.maximum(free, 0.0))
+        master = Master(penalty, moments.free)
+        master.add(cols)
         progress(PHASES[4])
-        status, bound, relaxed = milp.relaxation(left())
-        bound = max(bound, floor)
-        if relaxed is not None:
-            guided = initial(cols, tasks, free, preference=relaxed,
-                             budget_s=max(0.0, min(time_limit_s / 4, left())))
-            if _objective(guided, cols, penalty) < objective:
-                incumbent, objective = guided, _objective(guided, cols, penalty)
-        if status != Status.OPTIMAL or _gap(objective, bound) <= gap or left() <= 0:
-            proven = status != Status.OPTIMAL or _gap(objective, bound) <= gap
-            return _answer(incumbent, cols, penalty, objective, min(bound, objective),
-                           status if proven else Status.TIME_LIMIT, points, started)
-        progress(PHASES[5])
-        status, found, mip_bound, chosen = milp.branch_and_bound(incumbent, left(), gap)
-        bound = max(bound, mip_bound)
-        if chosen is not None and found < objective:
-            incumbent, objective = chosen, found
-        if _gap(objective, bound) <= gap:  # proven, whether or not HiGHS said its limit came
-            status = Status.OPTIMAL
-        return _answer(incumbent, cols, penalty, objective, min(bound, objective), status, points,
-                       started)
+        values = np.zeros(len(cols))
+        while rounds < MAX_ROUNDS and left() > 0:
+            rounds += 1
+            status, lp, values, prices, duals = master.relaxation(left())
+            if status != Status.OPTIMAL:
+                break
+            priced = price(pairs, catalogues, moments.times, prices, moments.free, penalty)
+            if priced.bound > bound:
+                bound, proof = priced.bound, priced
+            miss_proven |= priced.needs_more > MISS_RTOL * float(prices @ moments.free)
+            if gap_of(lp, bound) <= gap / 2:  # near the LP bound: is an integer schedule?
+                chosen, best = _better(chosen, best, master, tasks, moments.free, values,
+                                       penalty, left())
+                if proven(best, bound, gap):
+                    break
+            wanted = _offered(priced.offer, duals)
+            if not len(wanted) or not master.add(_columns(moments, priced.offer, wanted)):
+                break  # no column prices below its job's dual: the LP bound is reached
+        cols = master.columns
+        if len(values):
+            chosen, best = _better(chosen, best, master, tasks, moments.free, values, penalty,
+                                   left())
+        if not proven(best, bound, gap) and left() > 0:
+            progress(PHASES[5])
+            # Every column that could be in a schedule better than the incumbent, if few:
+            # then HiGHS's bound over the master is one over every plan too.
+            within = reach(proof, pairs, catalogues, moments.times, penalty, best - bound,
+                           most=MAX_REACH, most_columns=MAX_REACH_COLUMNS,
+                           until=time.perf_counter() + left() / 2)
+            if within is not None:
+                master.add(_columns(moments, within))
+                cols = master.columns
+            incumbent = best
+            status, found, mip_bound, mip = master.branch_and_bound(chosen, left(), gap)
+            if mip is not None and found < best:
+                chosen, best = mip, objective(mip, cols, penalty)
+            if within is not None:
+                bound = max(bound, min(mip_bound, incumbent))
+    return _answer(chosen, cols, penalty, best, bound, miss_proven, status, moments, rounds,
+                   started)
 
 
-class _Highs:
-    """The MILP built in Pyomo and handed to HiGHS (`solver.highs`: Pyomo's standard-form
-    compiler takes ~2 s for a thousand jobs' 65,000 columns, where Pyomo's own persistent HiGHS
-    interface spent ~10 s), which solves the relaxation and then, if need be, the MILP.
-    Nothing outlives the call."""
+def _better(chosen: Index, best: float, master: Master, tasks: Sequence[Task], free: Array,
+            values: Array, penalty: Array, seconds: float) -> tuple[Index, float]:
+    """The greedy placement guided by the LP's `values` (columns added since: 0), if it beats
+    `chosen`."""
+    cols = master.columns
+    values = np.concatenate((values, np.zeros(len(cols) - len(values))))
+    guided = placed(cols, tasks, free, preference=values, budget_s=max(0.0, seconds / 4))
+    found = objective(guided, cols, penalty)
+    return (guided, found) if found < best else (chosen, best)
 
-    def __init__(self, cols: Columns, tasks: Sequence[Task], penalty: Array,
-                 free: Array) -> None:
-        import pyomo.core as pyo
-        from pyomo.core.expr.numeric_expr import LinearExpression
 
-        size = len(cols)
-        model = pyo.ConcreteModel()
-        model.x = pyo.Var(range(size), domain=pyo.Binary)
-        model.u = pyo.Var(range(len(tasks)), domain=pyo.Binary)
-        x = [model.x[i] for i in range(size)]
-        u = [model.u[t] for t in range(len(tasks))]
-        by_task = np.argsort(cols.task, kind="stable")
-        bounds = np.searchsorted(cols.task[by_task], np.arange(len(tasks) + 1))
-        model.one = pyo.ConstraintList()
-        for t in range(len(tasks)):
-            mine = by_task[bounds[t]:bounds[t + 1]].tolist()
-            model.one.add(LinearExpression(
-                constant=0, linear_coefs=[1.0] * (len(mine) + 1),
-                linear_vars=[x[i] for i in mine] + [u[t]],
-            ) == 1)
-        # Which columns count at each check point: column c at points first[c]..stop[c]-1.
-        lengths = cols.stop - cols.first
-        owner = np.repeat(np.arange(size), lengths)
-        point = np.repeat(cols.first - np.cumsum(np.concatenate(([0], lengths[:-1]))), lengths)
-        point = point + np.arange(len(owner))
-        order = np.argsort(point, kind="stable")
-        owner, point = owner[order], point[order]
-        edges = np.searchsorted(point, np.arange(len(free) + 1))
-        model.capacity = pyo.ConstraintList()
-        functions = cols.functions.astype(np.float64)
-        for i in range(len(free)):
-            held = owner[edges[i]:edges[i + 1]]
-            if functions[held].sum() > free[i]:  # a row that can bind
-                model.capacity.add(LinearExpression(
-                    constant=0, linear_coefs=functions[held].tolist(),
-                    linear_vars=[x[c] for c in held.tolist()],
-                ) <= float(free[i]))
-        model.objective = pyo.Objective(expr=LinearExpression(
-            constant=0, linear_coefs=[*cols.cost_usd.tolist(), *penalty.tolist()],
-            linear_vars=[*x, *u],
-        ))
-        # HiGHS 1.16's MIP presolve, given a start, reported objectives below the proven floor
-        # with a solution that did not match them (the re-check caught it): presolve stays off.
-        self.solver = highs.Model(model, [*x, *u], name=f"the schedule model of {size:,} columns",
-                                  options={"presolve": "off"})
-        self.tasks, self.cols = len(tasks), cols
+def _columns(moments: Grid, offer: Offer, which: Index | None = None) -> Columns:
+    pick = slice(None) if which is None else which
+    return moments.columns(offer.task[pick], offer.functions[pick], offer.memory_mb[pick],
+                           offer.start_s[pick], offer.time_s[pick], offer.cost_usd[pick])
 
-    def relaxation(self, time_limit_s: float) -> tuple[Status, float, Array | None]:
-        """The LP relaxation: its status, bound (−∞ unless solved) and column values."""
-        status = self.solver.run(time_limit_s)
-        if status != Status.OPTIMAL:
-            return status, -math.inf, None
-        bound = float(self.solver.highs.getInfo().objective_function_value)
-        return status, bound, self.solver.values()[:len(self.cols)]
 
-    def branch_and_bound(self, incumbent: Index, time_limit_s: float,
-                         gap: float) -> tuple[Status, float, float, Index | None]:
-        """The MILP from `incumbent`: status, HiGHS's objective and bound, and its choice."""
-        import highspy
-
-        size = len(self.cols) + self.tasks
-        self.solver.integer(np.arange(size, dtype=np.int32))
-        start = np.zeros(size)
-        taken = incumbent >= 0
-        start[incumbent[taken]] = 1.0
-        start[len(self.cols) + np.flatnonzero(~taken)] = 1.0
-        given = highspy.HighsSolution()
-        given.col_value = start
-        given.value_valid = True
-        solver = self.solver.highs
-        solver.setSolution(given)
-        solver.setOptionValue("mip_rel_gap", gap)
-        status = self.solver.run(time_limit_s)
-        info = solver.getInfo()
-        bound = float(info.mip_dual_bound)
-        if info.primal_solution_status != 2:  # no feasible point
-            return status, math.inf, bound, None
-        chosen = np.full(self.tasks, -1, dtype=np.int64)
-        picked = np.flatnonzero(self.solver.values()[:len(self.cols)] > 0.5)
-        chosen[self.cols.task[picked]] = picked
-        return status, float(info.objective_function_value), bound, chosen
+def _answer(chosen: Index, cols: Columns, penalty: Array, best: float, bound: float,
+            miss_proven: bool, status: Status, moments: Grid, rounds: int,
+            started: float) -> Answer:
+    taken = chosen >= 0
+    pick = chosen[taken]
+    functions = np.full(len(chosen), -1, dtype=np.int64)
+    memory = np.full(len(chosen), -1, dtype=np.int64)
+    start, seconds, cost = (np.full(len(chosen), math.nan) for _ in range(3))
+    functions[taken], memory[taken] = cols.functions[pick], cols.memory_mb[pick]
+    start[taken], seconds[taken], cost[taken] = (cols.start_s[pick], cols.time_s[pick],
+                                                 cols.cost_usd[pick])
+    return Answer(functions, memory, start, seconds, cost, penalty, best, bound, miss_proven,
+                  status, len(cols), len(moments.times), rounds, time.perf_counter() - started)

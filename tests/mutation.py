@@ -81,6 +81,7 @@ CONTROLLER = "tests/test_controller.py"
 ADAPTIVE_SIM = "tests/test_adaptive_simulator.py"
 ADAPTIVE_LAUNCH = "tests/test_adaptive_launch.py"
 MANY = "tests/test_solve_many.py"
+MANY_EXACT = "tests/test_solve_many_exact.py"
 HINDSIGHT = "tests/test_hindsight.py"
 WORLD_INDEPENDENT = "tests/test_world_independent.py"
 WORLD_ENGINE = "tests/test_world_engine.py"
@@ -388,22 +389,34 @@ MUTANTS: tuple[Mutant, ...] = (
            "channel.exchange(rank, iteration, gradient, loss, stop=stop)",
            (ADAPTIVE_LAUNCH,), "unequal slices of the global batch averaged as if equal"),
     # --- many jobs under one limit (solver/options.py, columns.py, timetable.py, many.py) ----
-    Mutant("milp-capacity", "solver/timetable.py",
-           ") <= float(free[i]))",
-           ") <= float(free[i]) + 1)",
-           (MANY,), "the MILP's capacity rows allow one function more than the limit"),
-    Mutant("milp-last-point", "solver/columns.py",
-           "return (np.floor(position + np.abs(position) * COVER_RTOL) + 1).astype(np.int64)",
-           "return np.floor(position + np.abs(position) * COVER_RTOL).astype(np.int64)",
-           (MANY,), "a run is not counted at the last check point before its finish"),
-    Mutant("milp-dearest-per-class", "solver/columns.py",
-           "return np.flatnonzero(np.append(stop[1:] != stop[:-1], True))",
-           "return np.flatnonzero(np.append(True, stop[1:] != stop[:-1]))",
-           (MANY,), "each class of options keeps its fastest (dearest), not its cheapest"),
+    Mutant("milp-capacity", "solver/master.py",
+           "solver.addRows(len(rows), np.full(len(rows), -math.inf), self.free[rows], len(column),",
+           "solver.addRows(len(rows), np.full(len(rows), -math.inf), self.free[rows] + 1, "
+           "len(column),",
+           (MANY, MANY_EXACT), "the master's capacity rows allow one function more than the "
+           "limit"),
+    Mutant("milp-half-run", "solver/columns.py",
+           "stop = np.searchsorted(self.times, start_s + time_s, side=\"left\")",
+           "stop = np.searchsorted(self.times, start_s + time_s / 2, side=\"left\")",
+           (MANY, MANY_EXACT), "a run is counted at the moments of its first half only"),
+    Mutant("pricing-ignores-duals", "solver/pricing.py",
+           "prefix = np.concatenate(([0.0], np.cumsum(prices)))",
+           "prefix = np.concatenate(([0.0], np.cumsum(prices * 0)))",
+           (MANY_EXACT,), "the pricing prices columns at their cost alone, not the capacity "
+           "rows' duals"),
+    Mutant("bound-clamped", "solver/many.py",
+           "lower_bound_usd=answer.bound_usd,",
+           "lower_bound_usd=min(answer.bound_usd, objective),",
+           (MANY_EXACT,), "the bound is clamped to the answer's objective"),
+    Mutant("column-key-without-n", "solver/columns.py",
+           "return list(zip(self.task.tolist(), self.functions.tolist(), self.memory_mb.tolist(),",
+           "return list(zip(self.task.tolist(), self.task.tolist(), self.memory_mb.tolist(),",
+           (MANY_EXACT,), "a column is known by its job, memory and start, not its functions: "
+           "plans differing in n are merged"),
     Mutant("milp-penalty-small", "solver/timetable.py",
            "return np.where(has, dearest + spread, 0.0)",
            "return np.where(has, dearest, 0.0)",
-           (MANY,), "a missed deadline is priced at the job's dearest option only"),
+           (MANY, MANY_EXACT), "a missed deadline is priced at the job's dearest option only"),
     Mutant("front-incumbent-falls", "solver/candidates.py",
            "if feasible.any() and ceiling is None:",
            "if feasible.any():",

@@ -86,7 +86,7 @@ def test_a_time_limit_used_up_keeps_the_greedy_schedule(
     """With no time left after the fronts and the greedy schedule, no model is built (the old
     code built it and ran HiGHS whatever the time): the greedy schedule is the answer, its
     bound the cost floor, and the status says the time limit came first."""
-    monkeypatch.setattr(timetable, "_Highs", _NotBuilt)
+    monkeypatch.setattr(timetable, "Master", _NotBuilt)
     schedule = solve_many(_tight(), concurrency=100, time_limit_s=1e-9, gap=1e-6)
     assert schedule.solver_status == "time_limit"
     assert schedule.status in ("feasible", "infeasible")
@@ -100,8 +100,8 @@ def test_a_time_limit_used_up_keeps_the_greedy_schedule(
 def test_a_model_too_large_is_not_built_whatever_the_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(timetable, "_Highs", _NotBuilt)
-    monkeypatch.setattr(timetable, "MAX_MODEL_NONZEROS", 10)
+    monkeypatch.setattr(timetable, "Master", _NotBuilt)
+    monkeypatch.setattr(timetable, "MAX_MASTER_NONZEROS", 10)
     schedule = solve_many(_tight(), concurrency=100, time_limit_s=600, gap=1e-6)
     assert schedule.solver_status == "time_limit" and schedule.peak_functions <= 100
 
@@ -110,7 +110,7 @@ def test_the_phases_are_reported_in_order() -> None:
     seen: list[str] = []
     solve_many(_tight(), concurrency=100, time_limit_s=30, gap=0.5, progress=seen.append)
     assert seen[0] == "fronts" and seen[-1] == "re-check"
-    assert "model" in seen and "relaxation" in seen
+    assert "master" in seen and "column generation" in seen
     assert seen == sorted(seen, key=timetable.PHASES.index)
     assert len(set(seen)) == len(seen)
 
