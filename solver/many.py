@@ -55,9 +55,9 @@ MAX_SCHEDULE_JOBS = 100_000
 # the pricing at most d/slot + 1 classes of plans at each (one per priced moment it can
 # reach), so Σ (d/slot + 1)² bounds the classes from the submissions alone, before anything
 # is allocated (10,000 jobs of the paper's mix at the default 60 s slot: a bound of 2.6
-# million); the cap keeps the pricing's arrays under a GB. The master is bounded apart
-# (`timetable.MAX_MASTER_NONZEROS`).
-MAX_COLUMN_BOUND = 4_000_000
+# million; 100,000: 26 million, while the classes priced come to a few per start). The master
+# is bounded apart (`timetable.MAX_MASTER_NONZEROS`).
+MAX_COLUMN_BOUND = 30_000_000
 MAX_CHECK_POINTS = 1_000_000
 OBJECTIVE_RTOL = 1e-6  # HiGHS's objective against ours: its sums carry its tolerances
 
