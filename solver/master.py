@@ -82,8 +82,9 @@ class Master:
         """Capacity rows at moments `rows`, over the columns already in HiGHS."""
         solver = self.solver.highs
         self.row_of[rows] = solver.getNumRow() + np.arange(len(rows))
+        upper = self.free[rows]
         if old is None or not len(old):
-            solver.addRows(len(rows), np.full(len(rows), -math.inf), self.free[rows], 0,
+            solver.addRows(len(rows), np.full(len(rows), -math.inf), upper, 0,
                            np.zeros(len(rows), dtype=np.int32), np.empty(0, dtype=np.int32),
                            np.empty(0))
             return
@@ -96,7 +97,7 @@ class Master:
         order = np.lexsort((column, row))
         column, row = column[order], row[order]
         starts = np.searchsorted(row, rows, side="left").astype(np.int32)
-        solver.addRows(len(rows), np.full(len(rows), -math.inf), self.free[rows], len(column),
+        solver.addRows(len(rows), np.full(len(rows), -math.inf), upper, len(column),
                        starts, (self.tasks + column).astype(np.int32),
                        old.functions[column].astype(np.float64))
 

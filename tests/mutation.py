@@ -390,9 +390,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (ADAPTIVE_LAUNCH,), "unequal slices of the global batch averaged as if equal"),
     # --- many jobs under one limit (solver/options.py, columns.py, timetable.py, many.py) ----
     Mutant("milp-capacity", "solver/master.py",
-           "solver.addRows(len(rows), np.full(len(rows), -math.inf), self.free[rows], len(column),",
-           "solver.addRows(len(rows), np.full(len(rows), -math.inf), self.free[rows] + 1, "
-           "len(column),",
+           "upper = self.free[rows]\n",
+           "upper = self.free[rows] + 1\n",
            (MANY, MANY_EXACT), "the master's capacity rows allow one function more than the "
            "limit"),
     Mutant("milp-half-run", "solver/columns.py",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lambdadnn import Submission, fastest, solve_many
+from lambdadnn import Submission, fastest, solve, solve_many
 from tests.schedule_brute import REPRODUCTIONS, jobs_from, optimum, random_case, shipped
 
 GAP = 1e-3
@@ -102,3 +102,20 @@ def test_the_bound_is_never_clamped_to_the_answer() -> None:
     assert best.missed > 0 and not schedule.missed
     assert schedule.lower_bound_usd > schedule.objective_usd
     assert schedule.gap == 0.0
+
+
+def test_the_duals_alone_prove_the_merge_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column generation's own bound, with the final enumeration of near-optimal columns
+    turned off: the capacity rows' prices lift the bound above the per-job optima's sum (the
+    bound with no prices) to the optimum, and the 6-function plan is found by pricing it."""
+    from lambdadnn.solver import timetable
+
+    monkeypatch.setattr(timetable, "MAX_REACH", 0)
+    case = REPRODUCTIONS["merge"]
+    schedule = _schedule([tuple(job) for job in case.spec],  # type: ignore[misc]
+                         case.concurrency, case.slot)
+    floor = sum(solve(instance, deadline_s=deadline).cost_usd
+                for instance, _, deadline in case.spec)
+    assert schedule.lower_bound_usd > floor * (1 + 1e-6)
+    assert schedule.status == "optimal"
+    assert schedule.total_cost_usd == pytest.approx(case.cost_usd, abs=1e-6)
