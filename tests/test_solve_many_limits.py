@@ -120,7 +120,7 @@ def test_the_fitting_slot_is_the_least_that_fits(slot: float) -> None:
     """`fitting_slot` keeps a slot that fits and otherwise names one that passes the check
     that refused, just above the bound's limit."""
     jobs = _submissions(_trace(40)) + _submissions([Submission("1dcnn-imdb",
-                                                               deadline_s=290_000.0)])
+                                                               deadline_s=600_000.0)])
     deadlines = [job.deadline_s for job in jobs]
     horizon = max(j.submit_s + j.deadline_s for j in jobs) - min(j.submit_s for j in jobs)
     fits = fitting_slot(deadlines, horizon, slot)
