@@ -58,6 +58,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.solve import cli_command
 from lambdadnn import LambdaDnnError, Schedule, Submission, solve, solve_many
 from lambdadnn.simulator.trace import generate_trace
 from lambdadnn.solver.trace_file import write_trace
@@ -197,15 +198,6 @@ def growth(seed: int, scale: float, done: dict[str, dict[str, Any]]) -> dict[str
         "largest_gap": None if largest is None else largest["gap"],
         "largest_status": None if largest is None else largest["status"],
     }
-
-
-def cli_command() -> tuple[str, ...]:
-    """The installed console script if there is one, else `python -m lambdadnn.cli`."""
-    for folder in (Path(sys.executable).parent, ROOT / ".venv" / "bin"):
-        script = folder / "lambdadnn"
-        if script.is_file():
-            return (str(script),)
-    return (sys.executable, "-m", "lambdadnn.cli")
 
 
 def cli_case(seed: int, jobs: int, reference: dict[str, Any] | None) -> dict[str, Any]:

@@ -98,21 +98,13 @@ def enumerate_candidates(
     while len(n):
         leaf = hi - lo + 1 <= LEAF
         if leaf.any():
-            points = lo[leaf, None] + _LEAF_POINT
-            inside = points <= hi[leaf, None]
-            record(n[leaf], np.minimum(points, hi[leaf, None]), inside)
+            record(n[leaf], *_leaf_points(lo[leaf], hi[leaf]))
             n, lo, hi = n[~leaf], lo[~leaf], hi[~leaf]
             if not len(n):
                 break
-        # PIECES contiguous pieces per interval, one row each: [starts, ends] (inclusive).
-        width = (hi - lo + 1)[:, None]
-        starts = lo[:, None] + (_PIECE * width) // PIECES
-        ends = lo[:, None] + ((_PIECE + 1) * width) // PIECES - 1
+        starts, ends = _pieces(lo, hi)
         at_end = record(n, ends, np.ones(ends.shape, dtype=np.bool_))
-        floor = model_bounds.cost_lower_bound(
-            values, n[:, None].astype(np.float64), memory[starts], at_end["time"],
-            at_end["restarts"],
-        ) + weight * n[:, None]
+        floor = _floor(values, memory, n, starts, at_end, weight)
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
         keep &= ends > starts  # a one-point piece was evaluated exactly just now
         n = np.broadcast_to(n[:, None], keep.shape)[keep]
@@ -121,6 +113,30 @@ def enumerate_candidates(
         np.concatenate(found_n), np.concatenate(found_m), np.concatenate(found_t),
         np.concatenate(found_c), evaluated,
     )
+
+
+def _leaf_points(lo: Index, hi: Index) -> tuple[Index, npt.NDArray[np.bool_]]:
+    """Every memory index of each small interval [lo, hi], padded to LEAF with its last
+    (padding marked not real)."""
+    points = lo[:, None] + _LEAF_POINT
+    return np.minimum(points, hi[:, None]), points <= hi[:, None]
+
+
+def _pieces(lo: Index, hi: Index) -> tuple[Index, Index]:
+    """PIECES contiguous pieces per interval, one row each: [starts, ends] (inclusive)."""
+    width = (hi - lo + 1)[:, None]
+    return (lo[:, None] + (_PIECE * width) // PIECES,
+            lo[:, None] + ((_PIECE + 1) * width) // PIECES - 1)
+
+
+def _floor(values: tuple[float, ...], memory: Array, n: Index, starts: Index,
+           at_end: dict[str, Array], weight: float | Array) -> Array:
+    """The least cost + weight·n of any plan in each piece (`cost_lower_bound`)."""
+    cost: Array = model_bounds.cost_lower_bound(
+        values, n[:, None].astype(np.float64), memory[starts], at_end["time"],
+        at_end["restarts"],
+    )
+    return cost + weight * n[:, None]
 
 
 def pareto(time: Array, cost: Array, functions: Index, memory: Index) -> Index:
@@ -243,20 +259,13 @@ def least_priced(
     while len(n):
         leaf = hi - lo + 1 <= LEAF
         if leaf.any():
-            points = lo[leaf, None] + _LEAF_POINT
-            record(q[leaf], n[leaf], np.minimum(points, hi[leaf, None]),
-                   points <= hi[leaf, None])
+            record(q[leaf], n[leaf], *_leaf_points(lo[leaf], hi[leaf]))
             q, n, lo, hi = q[~leaf], n[~leaf], lo[~leaf], hi[~leaf]
             if not len(n):
                 break
-        width = (hi - lo + 1)[:, None]
-        starts = lo[:, None] + (_PIECE * width) // PIECES
-        ends = lo[:, None] + ((_PIECE + 1) * width) // PIECES - 1
+        starts, ends = _pieces(lo, hi)
         at_end = record(q, n, ends, np.ones(ends.shape, dtype=np.bool_))
-        floor = model_bounds.cost_lower_bound(
-            values, n[:, None].astype(np.float64), memory[starts], at_end["time"],
-            at_end["restarts"],
-        ) + weight[q][:, None] * n[:, None]
+        floor = _floor(values, memory, n, starts, at_end, weight[q][:, None])
         keep = (at_end[checked] <= within[q][:, None])
         keep &= floor <= incumbent[q][:, None] * (1 + PRUNE_RTOL)
         keep &= ends > starts

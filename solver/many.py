@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..inputs.files import brief
-from ..models.noise import NoiseModel, PlanningNoise, planning_noise
+from ..models.noise import NoiseModel
 from .capacity import Capacity, peak
 from .columns import Task, meets
 from .errors import InstanceError, NoValidPlanError, SolverError
@@ -34,7 +34,7 @@ from .instance_validation import (
 )
 from .instance_yaml import load_instance
 from .options import options
-from .pipeline import RECHECK_RTOL, check_guarantee, evaluate
+from .pipeline import RECHECK_RTOL, check_guarantee, evaluate, planning_terms
 from .pipeline import fastest as fastest_plan
 from .plan import Evaluation
 from .pricing import Catalogue
@@ -241,7 +241,7 @@ def solve_many(
     slowest = [0.0] * len(keys)
     for kind, job in zip(kinds, submitted, strict=True):
         slowest[kind] = max(slowest[kind], job.deadline_s)
-    planning = [_planning(key, share, noise) for key in keys]
+    planning = [planning_terms(key, share, noise) for key in keys]
     fronts = [options(key, guarantee=share, noise=noise, max_functions=limit,
                       slowest_s=slowest[kind]) for kind, key in enumerate(keys)]
     catalogues = [
@@ -259,14 +259,6 @@ def solve_many(
     report(PHASES[-1])
     return _schedule(submitted, kinds, keys, tasks, answer, limit, slot, held, share, noise,
                      number, started)
-
-
-def _planning(instance: Instance, guarantee: float | None,
-              noise: NoiseModel | None) -> PlanningNoise | None:
-    """The noise terms `solve(guarantee=)` plans with (None without a guarantee)."""
-    if guarantee is None:
-        return None
-    return planning_noise(noise or NoiseModel(), guarantee, instance.max_functions)
 
 
 def _column_bound(deadlines: list[float], slot: float) -> float:

@@ -206,7 +206,7 @@ def evaluate(
     instance's at its fit's adverse corner (`fit_coverage`)."""
     n, m = plan_size(functions, memory_mb)
     loaded = load_instance(instance)
-    planning = _planning_noise(loaded, guarantee, noise)
+    planning = planning_terms(loaded, guarantee, noise)
     planned, coverage = corner(loaded, planning)
     found = _evaluation(planned, n, m, planning)
     return found if coverage is None else dataclasses.replace(found, fit_coverage=coverage)
@@ -225,9 +225,11 @@ def check_guarantee(guarantee: float | None, noise: NoiseModel | None) -> float 
     return probability("guarantee", guarantee)
 
 
-def _planning_noise(
+def planning_terms(
     instance: Instance, guarantee: float | None, noise: NoiseModel | None
 ) -> PlanningNoise | None:
+    """The noise terms `solve(guarantee=, noise=)` plans `instance` with (None without a
+    guarantee)."""
     share = check_guarantee(guarantee, noise)
     if share is None:
         return None
@@ -277,7 +279,7 @@ def _solve(
     """`solve()` of `given`; `fastest_only`: the fastest plan even where one meets the deadline
     (the box still holds every valid n then)."""
     started = time.perf_counter()
-    planning = _planning_noise(given, guarantee, noise)
+    planning = planning_terms(given, guarantee, noise)
     loaded, coverage = corner(given, planning)  # under a guarantee, the fit's adverse corner
     values = loaded.values()
     memory = loaded.platform.memory.values()
