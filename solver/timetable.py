@@ -175,20 +175,22 @@ def solve_timetable(
             status, lp, values, prices, duals = master.relaxation(left())
             if status != Status.OPTIMAL:
                 break
+            if gap_of(lp, bound) <= gap / 2:  # near the bound: is an integer schedule?
+                chosen, best = _better(chosen, best, master, tasks, moments.free, values,
+                                       penalty, left())
+                if proven(best, bound, gap):
+                    break  # pricing could only raise a bound that is already enough
             priced = price(pairs, catalogues, moments.times, prices, moments.free, penalty)
             if priced.bound > bound:
                 bound, proof = priced.bound, priced
             miss_proven |= priced.needs_more > MISS_RTOL * float(prices @ moments.free)
-            if gap_of(lp, bound) <= gap / 2:  # near the LP bound: is an integer schedule?
-                chosen, best = _better(chosen, best, master, tasks, moments.free, values,
-                                       penalty, left())
-                if proven(best, bound, gap):
-                    break
+            if proven(best, bound, gap):
+                break
             wanted = _offered(priced.offer, duals)
             if not len(wanted) or not master.add(_columns(moments, priced.offer, wanted)):
                 break  # no column prices below its job's dual: the LP bound is reached
         cols = master.columns
-        if len(values):
+        if len(values) and not proven(best, bound, gap):
             chosen, best = _better(chosen, best, master, tasks, moments.free, values, penalty,
                                    left())
         if not proven(best, bound, gap) and left() > 0:
