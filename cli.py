@@ -198,6 +198,16 @@ def _chooser(plan: Plan) -> str:
     return "one plan left, so no HiGHS model was needed"
 
 
+def _server_lines(plan: Plan) -> list[str]:
+    """The parameter server, when the plan chose it or shards it."""
+    if plan.ps is None:
+        return []
+    server = plan.solved_from.parameter_server
+    kind = server.type or "machine"
+    return [f"  ps         {server.shards} × {kind} shard{'s' if server.shards > 1 else ''} "
+            f"({server.bandwidth_mbps:,g} MB/s, ${server.price_per_hour:g}/h each)"]
+
+
 def _plan_text(plan: Plan) -> str:
     restarts = _restarts(plan.restarts)
     margin = plan.margin_s
@@ -213,6 +223,7 @@ def _plan_text(plan: Plan) -> str:
         f"{_seconds(plan.deadline_s)}{quantile}, "
         f"{'margin' if margin >= 0 else 'late by'} {_seconds(abs(margin))})",
         f"  cost       {_money(plan.cost_usd)}",
+        *_server_lines(plan),
         f"  training   local batch {plan.local_batch:g}, global batch {plan.global_batch:g}, "
         f"{plan.iterations:,.1f} iterations, {restarts}, {plan.invocations} invocations",
         *_breakdown_lines(plan),

@@ -238,7 +238,7 @@ def deadline_crossings(
                                dtype=np.float64).ravel()
         for n in roots[np.isfinite(roots) & (roots > 0)]:
             in_batch = (n * params["b_lf"] <= params["b_gmax"]) == fixed_local
-            in_comm = (params["B_fmax"] <= params["B_p"] / n) == function_bound
+            in_comm = (params["B_fmax"] <= params["k_ps"] * params["B_p"] / n) == function_bound
             if in_batch and in_comm:
                 crossings.append(Crossing(name, float(n)))
     return sorted(crossings, key=lambda crossing: crossing.functions)

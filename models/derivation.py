@@ -56,7 +56,7 @@ def _regimes() -> list[tuple[str, dict[sp.Basic, sp.Basic], dict[sp.Basic, sp.Ba
         raise DerivationError("every Piecewise of the model must branch on the batch regime")
     rate_min = sp.Min(model.m, model.m_sat)
     storage_min = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
-    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
+    ps_min = model.ps_bandwidth
     regimes = []
     for batch, comm, rate_arg, storage_arg in itertools.product(
         (True, False), ps_min.args, rate_min.args, storage_min.args
@@ -298,7 +298,7 @@ def deadline_roots() -> tuple[tuple[str, bool, bool, Callable[..., Any]], ...]:
     piecewise = model.t_train.atoms(sp.Piecewise)
     rate = model.alpha1 * sp.Min(model.m, model.m_sat) + model.beta1
     storage = sp.Min(model.alpha2 * model.m + model.beta2, model.B_s)
-    ps_min = sp.Min(model.B_fmax, model.B_p / model.n)
+    ps_min = model.ps_bandwidth
     solved = []
     for fixed_local, comm in itertools.product((True, False), ps_min.args):
         choice: dict[sp.Basic, sp.Basic] = {

@@ -38,10 +38,15 @@ o = sp.Symbol("o", nonnegative=True)  # platform.restart_overhead_s
 lam = sp.Symbol("lam", nonnegative=True)  # profile.latency_s: per exchange (push or pull)
 s_0 = sp.Symbol("s_0", nonnegative=True)  # profile.startup.base_s: per invocation round
 s_1 = sp.Symbol("s_1", nonnegative=True)  # profile.startup.per_function_s: per round and n
+# Sharded parameter servers, 1 and 0 for one machine as before: k machines, each holding 1/k
+# of the parameters behind its own NIC of B_p shared by the n functions, each paid p_ps, and
+# c_msg per message to a shard (a function sends one to each shard per exchange).
+k_ps = sp.Symbol("k_ps", positive=True)  # parameter_server.shards
+c_msg = sp.Symbol("c_msg", nonnegative=True)  # parameter_server.message_s
 
 PARAMETER_SYMBOLS: tuple[sp.Symbol, ...] = (
     d_m, d_t, n_t, e, b_lf, b_gmax, alpha1, beta1, m_sat, alpha2, beta2, B_s,
-    B_p, B_fmax, p_ps, p_gbs, p_req, L, o, lam, s_0, s_1,
+    B_p, B_fmax, p_ps, p_gbs, p_req, L, o, lam, s_0, s_1, k_ps, c_msg,
 )
 
 # Noise terms, per plan (models/noise.py computes them); EXACT gives MODEL.md's model.
@@ -68,11 +73,13 @@ local_batch = sp.Piecewise((b_lf, fixed_local), (b_gmax / n, True))
 iterations = n_t * e / global_batch
 rate = alpha1 * sp.Min(m, m_sat) + beta1
 storage_bandwidth = sp.Min(alpha2 * m + beta2, B_s)
-ps_bandwidth = sp.Min(B_fmax, B_p / n)
+# A function moves d_m/k to each shard at once: its link caps the sum at B_fmax, and each
+# shard's NIC gives it B_p/n, so the k flows together get k·B_p/n.
+ps_bandwidth = sp.Min(B_fmax, k_ps * B_p / n)
 t_load = d_t / (n * storage_bandwidth)
 t_comp = local_batch / rate
 t_transfer = 2 * d_m / ps_bandwidth
-t_latency = 2 * lam
+t_latency = 2 * (lam + k_ps * c_msg)
 t_comm = t_transfer + t_latency
 t_iteration = t_comp * s_c + t_comm
 t_train = t_load + iterations * t_iteration
@@ -158,11 +165,11 @@ t_crashes_quantile = sp.Piecewise(
 deadline_time = t_train_quantile + restarts_quantile * o + (restarts_quantile + 1) * (startup + c_q)
 deadline_time += t_crashes_quantile
 cost_functions = time * n * (m / 1024) * p_gbs
-cost_ps = time * p_ps / 3600
+cost_ps = time * k_ps * p_ps / 3600
 cost_requests = n * (restarts + 1) * p_req
 cost = cost_functions + cost_ps + cost_requests
 # Dollars per second of training: cost = time·weight + cost_requests (used by the cost bounds).
-weight = n * (m / 1024) * p_gbs + p_ps / 3600
+weight = n * (m / 1024) * p_gbs + k_ps * p_ps / 3600
 
 FIGURES: dict[str, sp.Expr] = {
     "global_batch": global_batch,

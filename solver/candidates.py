@@ -45,12 +45,13 @@ class Candidates:
     time: Array
     cost: Array
     evaluated: int
+    server: Index | None = None  # each plan's server, when the rows had one
 
 
 def enumerate_candidates(
     values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, row_hi: Index,
     deadline_s: float, noise: model.NoiseTerms | None = None, *, ceiling: float | None = None,
-    weight: float = 0.0, above: float = np.inf,
+    weight: float = 0.0, above: float = np.inf, server: Index | None = None,
 ) -> Candidates:
     """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
 
@@ -67,6 +68,10 @@ def enumerate_candidates(
 
     `time` in the result is the time checked against the deadline: the model's, or under a
     guarantee its quantile (`noise`); the cost is always the expected one.
+
+    With `server`, row i runs on parameter server `server[i]`: the parameters that differ
+    between servers are arrays in `values`, one entry per server (`pipeline` chooses among
+    servers so, in one search with one incumbent), and the result says each plan's server.
     """
     checked = model.deadline_figure(noise)
     names = tuple(dict.fromkeys(("time", "restarts", "cost", checked)))
@@ -77,12 +82,23 @@ def enumerate_candidates(
     evaluated = 0
     incumbent = above if ceiling is None else ceiling
 
-    def record(n: Index, index: Index, real: npt.NDArray[np.bool_]) -> dict[str, Array]:
+    found_s: list[Index] = []
+
+    def on(which: Index | None) -> tuple[float, ...]:
+        """The parameters of rows whose servers are `which` (as a column)."""
+        if which is None:
+            return values
+        return tuple(v[which][:, None] if np.ndim(v) else v for v in values)
+
+    def record(n: Index, index: Index, real: npt.NDArray[np.bool_],
+               which: Index | None) -> dict[str, Array]:
         """Evaluate plans n[i] × memory[index[i, j]]; keep the `real` ones that are feasible."""
         nonlocal evaluated, incumbent
-        figures = model.figures(values, n[:, None], memory[index], names, noise)
+        figures = model.figures(on(which), n[:, None], memory[index], names, noise)
         evaluated += int(real.sum())
         feasible = (figures[checked] <= deadline_s) & real
+        if which is not None:
+            found_s.append(np.broadcast_to(which[:, None], index.shape)[feasible])
         found_n.append(np.broadcast_to(n[:, None], index.shape)[feasible])
         found_m.append(index[feasible])
         found_t.append(figures[checked][feasible])
@@ -95,23 +111,29 @@ def enumerate_candidates(
     n = rows.astype(np.int64)
     lo = np.full(len(n), m_lo, dtype=np.int64)
     hi = row_hi.astype(np.int64)
+    which = None if server is None else server.astype(np.int64)
     while len(n):
         leaf = hi - lo + 1 <= LEAF
         if leaf.any():
-            record(n[leaf], *_leaf_points(lo[leaf], hi[leaf]))
+            record(n[leaf], *_leaf_points(lo[leaf], hi[leaf]),
+                   None if which is None else which[leaf])
             n, lo, hi = n[~leaf], lo[~leaf], hi[~leaf]
+            which = None if which is None else which[~leaf]
             if not len(n):
                 break
         starts, ends = _pieces(lo, hi)
-        at_end = record(n, ends, np.ones(ends.shape, dtype=np.bool_))
-        floor = _floor(values, memory, n, starts, at_end, weight)
+        at_end = record(n, ends, np.ones(ends.shape, dtype=np.bool_), which)
+        floor = _floor(on(which), memory, n, starts, at_end, weight)
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
         keep &= ends > starts  # a one-point piece was evaluated exactly just now
         n = np.broadcast_to(n[:, None], keep.shape)[keep]
+        if which is not None:
+            which = np.broadcast_to(which[:, None], keep.shape)[keep]
         lo, hi = starts[keep], ends[keep]
     return Candidates(
         np.concatenate(found_n), np.concatenate(found_m), np.concatenate(found_t),
         np.concatenate(found_c), evaluated,
+        None if server is None else np.concatenate(found_s or [np.empty(0, np.int64)]),
     )
 
 

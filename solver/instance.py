@@ -127,9 +127,19 @@ class Profile:
 
 @dataclass(frozen=True)
 class ParameterServer:
+    """The parameter server a plan runs with: `shards` machines of one type, each holding
+    1/shards of the parameters behind its own NIC of `bandwidth_mbps` (shared by the n
+    functions), each paid `price_per_hour`; a function's own link carries at most
+    `function_bandwidth_mbps` over all its shards, and each message to a shard costs
+    `message_s` on top of the profile's latency. `type` names the catalogue entry (None: a
+    machine given by its figures, as `parameter_server:` always could)."""
+
     bandwidth_mbps: float
     function_bandwidth_mbps: float
     price_per_hour: float
+    shards: int = 1
+    type: str | None = None
+    message_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -215,6 +225,10 @@ class Instance:
     objective: Objective
     limits: Limits
     fit: Fit | None = None  # how the profile was measured; no part of the model
+    # The parameter servers `solve()` chooses among (each a type at a shard count, from a
+    # catalogue); () when `parameter_server` is the one given. With choices, `parameter_server`
+    # is the first of them, and a plan's `solved_from` holds the one chosen.
+    servers: tuple[ParameterServer, ...] = ()
 
     @property
     def max_functions(self) -> int:
@@ -257,6 +271,8 @@ class Instance:
             "lam": self.profile.latency_s,
             "s_0": self.profile.startup.base_s,
             "s_1": self.profile.startup.per_function_s,
+            "k_ps": float(ps.shards),
+            "c_msg": ps.message_s,
         }
 
     def values(self) -> tuple[float, ...]:
@@ -294,6 +310,35 @@ def _present(section: Any) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
+def _server(server: ParameterServer) -> dict[str, Any]:
+    """The `parameter_server:` section, one machine's defaults (1 shard, no message cost) left
+    out as the loader fills them in."""
+    out = _present(server)
+    if server.shards == 1:
+        del out["shards"]
+    if not server.message_s:
+        del out["message_s"]
+    return out
+
+
+def _servers(servers: tuple[ParameterServer, ...]) -> dict[str, Any]:
+    """The choices of a catalogue instance as `parameter_server:` with its catalogue inline
+    (the types it allows only) and the shard counts."""
+    types: dict[str, dict[str, Any]] = {}
+    for server in servers:
+        types.setdefault(str(server.type), {"bandwidth_mbps": server.bandwidth_mbps,
+                                            "price_per_hour": server.price_per_hour,
+                                            "message_s": server.message_s})
+    counts = sorted({server.shards for server in servers})
+    out: dict[str, Any] = {"catalogue": {"types": types},
+                           "function_bandwidth_mbps": servers[0].function_bandwidth_mbps}
+    if counts == list(range(1, counts[-1] + 1)):
+        out["max_shards"] = counts[-1]
+    else:
+        out["shards"] = counts[0]
+    return out
+
+
 def instance_mapping(instance: Instance) -> dict[str, Any]:
     """The inverse of `load_instance`: `instance` in the YAML schema, the platform inline, the
     optional fields absent where the instance does not have them (model v2's terms where they
@@ -314,7 +359,8 @@ def instance_mapping(instance: Instance) -> dict[str, Any]:
         "platform": {"name": rest.pop("name"), "memory_mb": memory_mb, **rest},
         "workload": _present(instance.workload),
         "profile": profile,
-        "parameter_server": _present(instance.parameter_server),
+        "parameter_server": _servers(instance.servers) if instance.servers
+        else _server(instance.parameter_server),
         "objective": _present(instance.objective),
     }
     if instance.limits != Limits():

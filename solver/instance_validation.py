@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import numbers
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..inputs.errors import InstanceError
@@ -47,6 +48,8 @@ from .instance import (
 )
 
 Check = Callable[[str, Any], Any]
+MAX_SHARDS = 64  # parameter-server shards: far past where one more helps any workload
+DEFAULT_MAX_SHARDS = 8  # the shard counts a catalogue's types are tried at, unless given
 
 
 def fail(path: str, value: Any, need: str, fix: str = "") -> InstanceError:
@@ -270,13 +273,104 @@ def _profile(path: str, value: Any) -> Profile:
     return Profile(**_section(path, value, fields, frozenset({"latency_s", "startup"})))
 
 
-def _parameter_server(path: str, value: Any) -> ParameterServer:
-    fields: dict[str, Check] = {
+def _parameter_server(path: str, value: Any) -> ParameterServer | ServerChoice:
+    """One machine given by its figures (the old form: 1 shard unless `shards` says more), or
+    machines from a catalogue (`catalogue:`): then `solve()` chooses the type and the number
+    of shards, unless `type` and `shards` pin both."""
+    if isinstance(value, Mapping) and "catalogue" in value:
+        fields: dict[str, Check] = {
+            "catalogue": _catalogue_given,
+            "function_bandwidth_mbps": _number(MAX_RATE),
+            "type": _text,
+            "types": _type_names,
+            "shards": _integer(maximum=MAX_SHARDS),
+            "max_shards": _integer(maximum=MAX_SHARDS),
+        }
+        checked = _section(path, value, fields,
+                           frozenset({"type", "types", "shards", "max_shards"}))
+        if "type" in checked and "types" in checked:
+            raise InstanceError(f"`{path}` gives both `type` and `types`; give one")
+        if "shards" in checked and "max_shards" in checked:
+            raise InstanceError(f"`{path}` gives both `shards` and `max_shards`; give one")
+        fixed = checked.get("shards")
+        top = checked.get("max_shards", DEFAULT_MAX_SHARDS)
+        types = (checked["type"],) if "type" in checked else checked.get("types")
+        return ServerChoice(checked["catalogue"], checked["function_bandwidth_mbps"], types,
+                            (fixed,) if fixed is not None else tuple(range(1, top + 1)))
+    fields = {
         "bandwidth_mbps": _number(MAX_RATE),
         "function_bandwidth_mbps": _number(MAX_RATE),
         "price_per_hour": _number(MAX_PRICE_USD, sign="non-negative"),
+        "shards": _integer(maximum=MAX_SHARDS),
+        "type": _text,
+        "message_s": _number(MAX_SECONDS, sign="non-negative"),
     }
-    return ParameterServer(**_section(path, value, fields))
+    return ParameterServer(**_section(path, value, fields,
+                                      frozenset({"shards", "type", "message_s"})))
+
+
+@dataclass(frozen=True)
+class ServerChoice:
+    """`parameter_server:` naming a catalogue (a shipped name, which the reader resolves, or
+    the catalogue inline), the types to choose from (None: all) and the shard counts."""
+
+    catalogue: str | Mapping[str, Any]
+    function_bandwidth_mbps: float
+    types: tuple[str, ...] | None
+    shards: tuple[int, ...]
+
+
+def _catalogue_given(path: str, value: Any) -> str | Mapping[str, Any]:
+    if isinstance(value, str):
+        return _text(path, value)
+    if isinstance(value, Mapping):
+        return value
+    raise fail(path, value, "a shipped catalogue's name (such as `ec2`) or a catalogue mapping")
+
+
+def _type_names(path: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise fail(path, value, "a non-empty list of type names")
+    return tuple(_text(f"{path}[{i}]", name) for i, name in enumerate(value))
+
+
+def server_choices(path: str, catalogue: Any, choice: ServerChoice) -> tuple[ParameterServer, ...]:
+    """The machines `choice` allows from `catalogue` (checked here: a mapping with `types`,
+    each a name → {bandwidth_mbps, price_per_hour, message_s, …}), types in the catalogue's
+    order, each at every allowed shard count."""
+    entry: dict[str, Check] = {
+        "bandwidth_mbps": _number(MAX_RATE),
+        "price_per_hour": _number(MAX_PRICE_USD, sign="non-negative"),
+        "message_s": _number(MAX_SECONDS, sign="non-negative"),
+        "baseline_mbps": _number(MAX_RATE),
+        "family": _text,
+        "source": _line(MAX_NOTE_CHARS),
+    }
+
+    def types(where: str, raw: Any) -> dict[str, dict[str, Any]]:
+        if not isinstance(raw, Mapping) or not raw:
+            raise fail(where, raw, "a mapping of type names to {bandwidth_mbps, price_per_hour}")
+        return {
+            _name(where, name): _section(f"{where}.{_name(where, name)}", raw[name], entry,
+                                         frozenset({"message_s", "baseline_mbps", "family",
+                                                    "source"}))
+            for name in raw
+        }
+
+    checked = _section(path, catalogue, {"name": _text, "types": types}, frozenset({"name"}))
+    known = checked["types"]
+    wanted = choice.types if choice.types is not None else tuple(known)
+    for name in wanted:
+        if name not in known:
+            raise InstanceError(
+                f"`parameter_server.type` {brief(name)} is not in the catalogue; use one of "
+                f"{', '.join(known)}")
+    return tuple(
+        ParameterServer(known[name]["bandwidth_mbps"], choice.function_bandwidth_mbps,
+                        known[name]["price_per_hour"], shards, name,
+                        known[name].get("message_s", 0.0))
+        for name in dict.fromkeys(wanted) for shards in choice.shards
+    )
 
 
 def _objective(path: str, value: Any) -> Objective:

@@ -16,14 +16,16 @@ import yaml
 
 from ..inputs.errors import InstanceError
 from ..inputs.files import brief, read_text
-from .instance import MAX_INTEGER, Instance, Limits, Platform
+from .instance import MAX_INTEGER, Instance, Limits, ParameterServer, Platform
 from .instance_validation import (
     check_platform,
     fail,
+    ServerChoice,
     instance_sections,
     key_shown,
+    server_choices,
 )
-from .shipped import instances_folder, named, names, platforms_folder
+from .shipped import instances_folder, named, names, platforms_folder, servers_folder
 
 try:
     from yaml import CSafeLoader as _SafeLoader
@@ -233,6 +235,24 @@ def _resolve_platform(value: Any, search: Path | None, *, caller: bool = False) 
 
 
 
+def _servers(given: ParameterServer | ServerChoice) -> dict[str, Any]:
+    """The instance's `parameter_server` and `servers` from its section: a catalogue's name is
+    looked up among the shipped ones (a file never points at another file)."""
+    if isinstance(given, ParameterServer):
+        return {"parameter_server": given}
+    where = "parameter_server.catalogue"
+    catalogue = given.catalogue
+    if isinstance(catalogue, str):
+        found = named(servers_folder(), catalogue)
+        if found is None:
+            raise InstanceError(
+                f"`{where}` {brief(catalogue)} is not a shipped catalogue; use one of "
+                f"{', '.join(names(servers_folder()))} or give the catalogue inline")
+        catalogue = read_yaml(found, what="a parameter-server catalogue")
+    choices = server_choices(where, catalogue, given)
+    return {"parameter_server": choices[0], "servers": choices if len(choices) > 1 else ()}
+
+
 def load_instance(
     source: Instance | Mapping[str, Any] | str | Path, *, platform: str | None = None
 ) -> Instance:
@@ -266,7 +286,7 @@ def load_instance(
         platform=_resolve_platform(chosen, search, caller=platform is not None),
         workload=checked["workload"],
         profile=checked["profile"],
-        parameter_server=checked["parameter_server"],
+        **_servers(checked["parameter_server"]),
         objective=checked["objective"],
         limits=checked.get("limits", Limits()),
         fit=checked.get("fit"),

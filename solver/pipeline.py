@@ -18,13 +18,15 @@ from ..models import performance as model
 from ..models.noise import NoiseModel, PlanningNoise, planning_noise
 from .candidates import (
     PRUNE_RTOL,
+    TIE_RTOL,
+    Candidates,
     cheapest_choices,
     enumerate_candidates,
     fastest_choices,
 )
 from .errors import InstanceError, NoValidPlanError, SolverError
 from .fit_uncertainty import corner
-from .instance import MB_PER_VCPU, Instance
+from .instance import MB_PER_VCPU, Instance, ParameterServer
 from .instance_validation import plan_size, probability
 from .instance_yaml import load_instance
 from .plan import (
@@ -259,6 +261,8 @@ def solve(
     """
     loaded = load_instance(instance, platform=platform)
     given = loaded if deadline_s is None else loaded.with_deadline(deadline_s)
+    if given.servers:
+        return _choose_server(given, guarantee, noise, fastest_only=False)
     return _solve(given, guarantee, noise, fastest_only=False)
 
 
@@ -270,7 +274,130 @@ def fastest(
     meets it, with `status == "infeasible"` (it was chosen for its time, not its cost) and the
     instance's own deadline. Under a guarantee, fastest at the guarantee's quantile of the
     time. Raises as `solve()` does."""
-    return _solve(load_instance(instance, platform=platform), guarantee, noise, fastest_only=True)
+    loaded = load_instance(instance, platform=platform)
+    if loaded.servers:
+        return _choose_server(loaded, guarantee, noise, fastest_only=True)
+    return _solve(loaded, guarantee, noise, fastest_only=True)
+
+
+def pinned(instance: Instance, server: ParameterServer) -> Instance:
+    """`instance` run on `server` alone: what a plan on it is solved, evaluated and launched
+    from."""
+    return dataclasses.replace(instance, parameter_server=server, servers=())
+
+
+def _choose_server(
+    given: Instance, guarantee: float | None, noise: NoiseModel | None, *, fastest_only: bool,
+) -> Plan:
+    """`solve()` over the instance's parameter servers (each a type at a shard count): the
+    cheapest plan on any of them (ties: the faster, then fewer shards, then the catalogue's
+    order), or, when none meets the deadline, the fastest plan on any.
+
+    One branch and bound runs over the rows (server, n) of every server's box together, with
+    one incumbent, so a server whose rows cannot beat the best plan found on another is
+    pruned like any row; servers another one dominates are left out first (`_undominated`).
+    The plan is then solved on the server found, as if pinned, for its bounds and re-check.
+    """
+    started = time.perf_counter()
+    servers = given.servers
+    planning = planning_terms(given, guarantee, noise)
+    kept, loaded, boxes = [], [], []
+    for i in _undominated(servers):
+        instance, _ = corner(pinned(given, servers[i]), planning)
+        box = model_bounds.box(
+            instance.values(), instance.platform.memory.values(),
+            max_functions=instance.max_functions, min_memory_mb=instance.min_memory_mb,
+            deadline_s=instance.objective.deadline_s, noise=planning,
+            vcpu_memory_mb=instance.platform.vcpu_memory_mb,
+        )
+        if box is not None:
+            kept.append(i)
+            loaded.append(instance)
+            boxes.append(box)
+    if not kept:  # no server has a valid plan: say why as a pinned solve would
+        return _solve(pinned(given, servers[0]), guarantee, noise, fastest_only=fastest_only)
+    deadline = given.objective.deadline_s
+    some = [j for j, box in enumerate(boxes) if box.bounds.deadline_met]
+    if some and not fastest_only:
+        # The server of least price per hour that meets the deadline gives the first
+        # incumbent; the rest are searched together against it.
+        first = min(some, key=lambda j: (servers[kept[j]].shards
+                                         * servers[kept[j]].price_per_hour, j))
+        chosen = _solve(pinned(given, servers[kept[first]]), guarantee, noise,
+                        fastest_only=False)
+        rest = [j for j in some if j != first]
+        found = _search_servers([loaded[j] for j in rest], [boxes[j] for j in rest],
+                                deadline, planning, above=chosen.cost_usd)
+        if found is not None and len(found.cost):
+            assert found.server is not None
+            which = [kept[j] for j in rest]
+            least = min(float(found.cost.min()), chosen.cost_usd)
+            tied = np.flatnonzero(found.cost <= least * (1 + TIE_RTOL))
+            plans = [(float(found.cost[t]), float(found.time[t]),
+                      servers[which[found.server[t]]].shards, which[found.server[t]])
+                     for t in tied.tolist()]
+            plans.append((chosen.cost_usd, chosen.deadline_time_s,
+                          servers[kept[first]].shards, kept[first]))
+            best = min(plan for plan in plans if plan[0] <= least * (1 + TIE_RTOL))
+            if best[3] != kept[first]:
+                chosen = _solve(pinned(given, servers[best[3]]), guarantee, noise,
+                                fastest_only=False)
+    else:
+        fastest_at = [float(box.envelope_time.min()) for box in boxes]
+        j = min(range(len(kept)), key=lambda j: (fastest_at[j], servers[kept[j]].shards, j))
+        chosen = _solve(pinned(given, servers[kept[j]]), guarantee, noise, fastest_only=True)
+    return dataclasses.replace(chosen, solve_seconds=time.perf_counter() - started)
+
+
+def _search_servers(instances: list[Instance], boxes: list[model_bounds.Box], deadline: float,
+                    planning: PlanningNoise | None, *, above: float) -> Candidates | None:
+    """The branch and bound over the rows meeting the deadline of every server's box at once
+    (the parameters that differ between the servers as arrays, one entry per server), for
+    plans costing at most `above`; None when there are no rows."""
+    if not instances:
+        return None
+    columns = list(zip(*(instance.values() for instance in instances), strict=True))
+    values = tuple(column[0] if len(set(column)) == 1 else np.array(column, dtype=np.float64)
+                   for column in columns)
+    m_lo = {box.m_lo for box in boxes}
+    if len(m_lo) != 1:  # validity and the memory floor do not depend on the server
+        raise SolverError(f"the servers' boxes start at different memory sizes: {sorted(m_lo)}")
+    meets = [box.envelope_time <= deadline for box in boxes]
+    rows = np.concatenate([box.functions[m] for box, m in zip(boxes, meets, strict=True)])
+    row_hi = np.concatenate([box.row_hi[m] for box, m in zip(boxes, meets, strict=True)])
+    server = np.concatenate([np.full(int(m.sum()), j, dtype=np.int64)
+                             for j, m in enumerate(meets)])
+    # A row costs at least T(n, its top)·weight(n, m_lo) + its requests: rows that cannot
+    # beat `above` go before the search evaluates their pieces.
+    memory, low = boxes[0].memory, m_lo.pop()
+    per_row = tuple(v[server] if np.ndim(v) else v for v in values)
+    functions = rows.astype(np.float64)
+    top = model.figures(per_row, functions, memory[row_hi], ("time", "restarts"), planning)
+    floor = model_bounds.cost_lower_bound(per_row, functions, np.full(len(rows), memory[low]),
+                                          top["time"], top["restarts"])
+    keep = floor <= above * (1 + PRUNE_RTOL)
+    return enumerate_candidates(values, memory, rows[keep], low, row_hi[keep], deadline,
+                                planning, server=server[keep], above=above)
+
+
+def _undominated(servers: tuple[ParameterServer, ...]) -> list[int]:
+    """The servers no other one beats: one with at least the bandwidth k·B_p, at most the
+    message cost k·c_msg and at most the price k·p gives every plan a time and a cost no
+    larger, so it is skipped when that one is also cheaper per hour or wins the tie rule
+    (fewer shards, then earlier in the catalogue)."""
+    k = np.array([server.shards for server in servers], dtype=np.float64)
+    bandwidth = k * np.array([server.bandwidth_mbps for server in servers])
+    price = k * np.array([server.price_per_hour for server in servers])
+    message = k * np.array([server.message_s for server in servers])
+    order = np.arange(len(servers))
+    earlier = (k[:, None] < k[None, :]) | ((k[:, None] == k[None, :])
+                                           & (order[:, None] < order[None, :]))
+    # beats[j, i]: server j beats server i
+    beats = ((bandwidth[:, None] >= bandwidth[None, :]) & (price[:, None] <= price[None, :])
+             & (message[:, None] <= message[None, :])
+             & ((price[:, None] < price[None, :]) | earlier))
+    np.fill_diagonal(beats, False)
+    return np.flatnonzero(~beats.any(axis=0)).tolist()
 
 
 def _solve(

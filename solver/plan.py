@@ -126,6 +126,15 @@ class Plan(PlanFigures):
     solved_from: Instance = field(compare=False, repr=False)
     fit_coverage: FitCoverage | None = None  # None: no `fit:` section or no guarantee
 
+    @property
+    def ps(self) -> dict[str, Any] | None:
+        """The parameter server's type and shard count, when it is a catalogue's type or more
+        than one machine (None: the one machine `parameter_server:` gave)."""
+        server = self.solved_from.parameter_server
+        if server.type is None and server.shards == 1:
+            return None
+        return {"type": server.type, "shards": server.shards}
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping: `status` first, every field (`fit_coverage` only when there
         is one), the bounds, `margin_s` and the instance solved as `instance_spec`
@@ -140,6 +149,8 @@ class Plan(PlanFigures):
                 out[item.name] = asdict(value) if nested else value
         out["bounds"] = self.bounds.to_dict()
         out["margin_s"] = self.margin_s
+        if self.ps is not None:
+            out["ps"] = self.ps
         out["instance_spec"] = instance_mapping(self.solved_from)
         return out
 

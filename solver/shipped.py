@@ -1,7 +1,7 @@
 """The instances and platforms shipped inside the package, found through `importlib.resources`.
 
 They are package data of `lambdadnn` (`instances/*.yaml`, `instances/platforms/*.yaml`,
-`instances/worlds/*.yaml`), so they are found the same way from a checkout, an editable
+`instances/worlds/*.yaml`, `instances/servers/*.yaml`), so they are found the same way from a checkout, an editable
 install and a wheel.
 """
 
@@ -24,6 +24,11 @@ def instances_folder() -> Path:
 def platforms_folder() -> Path:
     """The folder of the shipped platform catalogues (`NAME.yaml`)."""
     return _folder("platforms")
+
+
+def servers_folder() -> Path:
+    """The folder of the shipped parameter-server catalogues (`NAME.yaml`)."""
+    return _folder("servers")
 
 
 def worlds_folder() -> Path:
