@@ -109,7 +109,7 @@ def run_cost(report: dict[str, Any], instance: Instance) -> float:
                       price_per_gb_second=platform.price_per_gb_second,
                       price_per_request=platform.price_per_request)
                  for round_ in report["rounds"])
-    return rounds + report["measured_time_s"] * server.price_per_hour / 3600
+    return rounds + report["measured_time_s"] * server.shards * server.price_per_hour / 3600
 
 
 def launch(label: str, plan: Plan, deadline_s: float, *, adaptive: bool) -> dict[str, Any]:

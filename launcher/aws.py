@@ -12,6 +12,13 @@ which the tests deploy to a moto server, where nothing runs. Its architecture is
 `subnet_ids` and `security_group_ids` it runs in a VPC (`VpcConfig`), next to the Redis that
 `deploy/stack.yaml` starts (`launcher/stack.py`).
 
+A plan whose parameter server is k > 1 shards (`parameter_server.shards`) gets k EC2
+instances of its type (`parameter_server.type`) for the launch alone: `start_shards` runs them
+beside the channel's Redis (its subnet, security groups, image and password, `placement_of`),
+the function finds their URLs in `LAMBDADNN_REDIS_URLS` (comma-separated, in shard order) and
+`stop_shards` terminates them when the launch ends, however it ends. With k = 1 the channel's
+Redis is the parameter server, as it always was.
+
 The boto3 client is always passed in, never built at import time, so that tests can point it
 at a moto server, and `--dry-run` can hand over a `DryRunClient` that records every call
 without making it. The same reason keeps botocore out of the imports: AWS errors are told
@@ -20,26 +27,34 @@ apart by their error code (`exc.response["Error"]["Code"]`), which is all a fake
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import ipaddress
 import json
 import math
 import random
 import re
+import signal
+import threading
 import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any, ClassVar
+from urllib.parse import unquote, urlsplit
 
 from ..inputs.files import brief
-from ..solver.instance import ARCHITECTURES
+from ..models.prices import price_per_second
+from ..solver.instance import ARCHITECTURES, ParameterServer
 from ..solver.instance_yaml import platform_path, read_yaml
 from . import LaunchError
 from .adaptive import Planner
 from .backend import Channel, Observed
+from .local import Interrupted
 from .orchestrator import (
     DEFAULTS,
     REAL_TIME,
@@ -50,20 +65,26 @@ from .orchestrator import (
     orchestrate,
 )
 from .profile import Capacity, Runner
-from .spec import WORKER_DEFAULTS, LaunchReport, LaunchSpec
+from .spec import WORKER_DEFAULTS, LaunchReport, LaunchSpec, RunFailed
 
 __all__ = [
-    "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "NEEDS_IMAGE", "NO_CREDENTIALS", "POLICY_ACTIONS",
-    "REDIS_URL_ENV", "RUNTIME", "AwsBackend", "AwsLaunchError", "AwsLauncher", "AwsTarget",
-    "Call", "DryRunClient", "Following", "aws_client", "dry_run", "lambda_client", "package_worker",
+    "FUNCTION_TIMEOUT_S", "HANDLER", "JOB_ENV", "LAUNCH_TAG", "NEEDS_IMAGE", "NO_CREDENTIALS",
+    "POLICY_ACTIONS", "REDIS_URLS_ENV", "REDIS_URL_ENV", "RUNTIME", "SHARD_POLICY_ACTIONS",
+    "AwsBackend", "AwsInterrupted", "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call",
+    "DryRunClient", "Following", "Retry", "ShardBill", "ShardOptions", "ShardPlacement", "Shards",
+    "aws_client", "call_aws", "dry_run", "lambda_client", "package_worker", "placement_of",
     "profile_capacity", "profile_runner", "required_policy", "run_aws", "run_aws_job",
+    "shard_count", "start_shards", "stop_shards",
 ]
 
 HANDLER = "lambdadnn.launcher.worker.handler"
 RUNTIME = "python3.11"
 FUNCTION_TIMEOUT_S = 900
 REDIS_URL_ENV = "LAMBDADNN_REDIS_URL"
+REDIS_URLS_ENV = "LAMBDADNN_REDIS_URLS"  # the PS shards' URLs, comma-separated, shard order
 JOB_ENV = "LAMBDADNN_JOB"
+LAUNCH_TAG = "lambdadnn:launch"  # on every PS shard: the launch that started it
+SHARD_PORT = 6379
 
 ASYNC_PAYLOAD_LIMIT_BYTES = 1_048_576  # Lambda's limit for one asynchronous invocation
 # The worker imports `lambdadnn.launcher`, the error root (`models.errors`, from `inputs`) and
@@ -81,7 +102,7 @@ _VPC_IDS: dict[str, tuple[str, str, int]] = {
 # Error codes that mean "try again later": throttling and Lambda's own transient faults.
 RETRYABLE_CODES = frozenset({
     "TooManyRequestsException", "ThrottlingException", "ServiceException",
-    "EC2ThrottledException", "ResourceNotReadyException",
+    "EC2ThrottledException", "ResourceNotReadyException", "RequestLimitExceeded",
 })
 
 # The IAM action of each client operation the launcher makes (only `Invoke` differs in name).
@@ -99,6 +120,15 @@ POLICY_ACTIONS: dict[str, str] = {
     "Invoke": "lambda:InvokeFunction",
     "DeleteFunction": "lambda:DeleteFunction",
 }
+# The EC2 operations of a sharded launch (`start_shards`, `placement_of`, `stop_shards`).
+# CreateTags is RunInstances' own tagging (TagSpecifications), which IAM checks separately.
+SHARD_POLICY_ACTIONS: dict[str, str] = {
+    "RunInstances": "ec2:RunInstances",
+    "CreateTags": "ec2:CreateTags",
+    "DescribeInstances": "ec2:DescribeInstances",
+    "TerminateInstances": "ec2:TerminateInstances",
+}
+_INSTANCE_NOT_FOUND = "InvalidInstanceID.NotFound"
 
 # What to do about an AWS error, by code: the message of every AwsLaunchError ends with one.
 _FIXES: dict[str, str] = {
@@ -111,11 +141,23 @@ _FIXES: dict[str, str] = {
                                       "lambda.amazonaws.com), the layers and the memory size",
     "CodeStorageExceededException": "delete old function versions or ship the code as an image",
     "ResourceNotFoundException": "check the function name and region",
+    "UnauthorizedOperation": "grant the caller the policy printed by "
+                             "`lambdadnn launch --print-policy`",
+    "InvalidParameterValue": "check the parameter server's `type` (an EC2 instance type of "
+                             "this region, of the image's architecture)",
+    "Unsupported": "the instance type is not offered in the Redis's availability zone: solve "
+                   "with another parameter-server type",
+    "InsufficientInstanceCapacity": "EC2 has no capacity of that type there now: launch again "
+                                    "later, or solve with another parameter-server type",
+    "VcpuLimitExceeded": "raise the account's EC2 vCPU quota (Service Quotas) or solve with "
+                         "fewer shards",
+    "InstanceLimitExceeded": "raise the account's EC2 instance quota or solve with fewer shards",
 }
 NO_CREDENTIALS = ("needs AWS credentials and found none: set AWS_ACCESS_KEY_ID and "
                   "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run `aws configure`")
 _RETRY_FIX = ("raise the account's Lambda concurrency quota (Service Quotas) or run the plan "
               "with fewer functions")
+_EC2_RETRY_FIX = "EC2 throttles the account's API requests: wait a minute and launch again"
 
 
 class AwsLaunchError(LaunchError):
@@ -128,6 +170,127 @@ class AwsLaunchError(LaunchError):
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class AwsInterrupted(Interrupted):
+    """An AWS launch stopped by SIGINT, SIGTERM or SIGHUP: raised at the launcher's next
+    check, it reaches the caller once `stop` has deleted the function and terminated the PS
+    shards (`lambdadnn launch` exits with 128 + the signal)."""
+
+    def __init__(self, signum: int) -> None:
+        KeyboardInterrupt.__init__(
+            self, f"launch stopped by {signal.Signals(signum).name}; it left nothing it "
+                  "created on AWS behind (the function, the PS shards)")
+        self.signum = signum
+        self.resumable = None
+
+
+def _nothing() -> None:
+    """No interruption to check: cleanup, and callers outside a launch."""
+
+
+class _StopSignals:
+    """SIGINT, SIGTERM and SIGHUP during an AWS launch, as one `AwsInterrupted`.
+
+    The first signal is only noted, and raised where the launcher checks (`check`: before
+    each AWS call and after each pause), so that no call that creates something is cut in
+    half, leaving an instance or a function that nobody knows of; the orchestrator's `stop`
+    then runs as on any other error. A second signal raises at once (a call hangs and the
+    user insists). Outside the main thread, where Python allows no handlers, it only checks.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is not None:
+            raise AwsInterrupted(signum)
+        self.received = signum
+
+    def check(self) -> None:
+        if self.received is not None:
+            raise AwsInterrupted(self.received)
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for number in self._SIGNALS:
+                self._previous[number] = signal.signal(number, self._note)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How AWS calls are paced: backoff while throttled, and `interrupt` (which raises a noted
+    stop signal) checked before each call and after each pause. `sleep` and `rng` are
+    injected so that backoff is instant and deterministic in tests."""
+
+    sleep: Callable[[float], None] = time.sleep
+    rng: random.Random = field(default_factory=random.Random)
+    max_attempts: int = 8
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 20.0
+    interrupt: Callable[[], None] = _nothing
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise AwsLaunchError(f"max_attempts must be at least 1, not {self.max_attempts}")
+
+    def pause(self, seconds: float) -> None:
+        self.sleep(seconds)
+        self.interrupt()
+
+    def uninterrupted(self) -> Retry:
+        """The same pacing without checks: what cleans up is never cut short."""
+        return dataclasses.replace(self, interrupt=_nothing)
+
+
+def call_aws(
+    client: Any, method: str, subject: str, retry: Retry = Retry(), *,
+    retry_fix: str = _RETRY_FIX, **params: Any,
+) -> dict[str, Any]:
+    """One client call, retried with exponential backoff and jitter while throttled.
+
+    The delay before retry k is uniform in [d/2, d] with d = min(cap, base·2^k) ("equal
+    jitter"): never zero, so a throttled burst backs off, and spread, so `n` callers do
+    not retry in lockstep. Any other AWS error is one `AwsLaunchError` naming the operation,
+    `subject`, the code and the fix; an error without a code (no answer) is raised as is.
+    """
+    operation = _operation_name(method)
+    attempt = 0
+    while True:
+        retry.interrupt()
+        try:
+            response: dict[str, Any] = getattr(client, method)(**params)
+            return response
+        except Exception as exc:
+            code = _error_code(exc)
+            if code is None and _missing_credentials(exc):
+                raise AwsLaunchError(f"{operation} {NO_CREDENTIALS}") from None
+            if code is None:
+                raise
+            attempt += 1
+            if code not in RETRYABLE_CODES:
+                fix = _FIXES.get(code, "see the AWS error message above")
+                raise AwsLaunchError(
+                    f"{operation} on {subject} failed with {code}: {exc}; {fix}", code=code,
+                ) from exc
+            if attempt == retry.max_attempts:
+                raise AwsLaunchError(
+                    f"{operation} on {subject} was refused {attempt} times ({code}): "
+                    f"{retry_fix}", code=code,
+                ) from exc
+            delay = min(retry.backoff_cap_s, retry.backoff_base_s * 2 ** (attempt - 1))
+            retry.pause(delay / 2 + retry.rng.uniform(0, delay / 2))
 
 
 @dataclass(frozen=True)
@@ -238,9 +401,30 @@ class DryRunClient:
 
         def record(**params: Any) -> dict[str, Any]:
             self.calls.append(Call(operation, _printable(params)))
-            return dict(self._ANSWERS.get(operation, {}))
+            return _dry_answer(operation, params) or dict(self._ANSWERS.get(operation, {}))
 
         return record
+
+
+def _dry_instance(shard: int) -> dict[str, Any]:
+    return {"InstanceId": f"i-dry-run-shard-{shard}", "PrivateIpAddress": f"SHARD-{shard}-HOST",
+            "State": {"Name": "running"}}
+
+
+def _dry_answer(operation: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """EC2's answers in a dry run: the shards asked for, running at once at placeholder
+    addresses, beside a Redis of placeholder subnet, security group and image."""
+    if operation == "RunInstances":
+        return {"Instances": [_dry_instance(shard) for shard in range(int(params["MinCount"]))]}
+    if operation == "DescribeInstances" and "InstanceIds" in params:
+        shards = [int(str(i).rsplit("-", 1)[1]) for i in params["InstanceIds"]]
+        return {"Reservations": [{"Instances": [_dry_instance(shard) for shard in shards]}]}
+    if operation == "DescribeInstances":
+        return {"Reservations": [{"Instances": [{
+            "InstanceId": "i-dry-run-redis", "SubnetId": "SUBNET-OF-THE-REDIS",
+            "SecurityGroups": [{"GroupId": "SG-OF-THE-REDIS"}], "ImageId": "AMI-OF-THE-REDIS",
+            "State": {"Name": "running"}}]}]}
+    return None
 
 
 def _error_code(exc: BaseException) -> str | None:
@@ -349,6 +533,30 @@ def required_policy(target: AwsTarget | None = None) -> dict[str, Any]:
             "Action": ["ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs"],
             "Resource": "*",
         })
+    if target is None or target.subnet_ids:
+        # A plan of k > 1 PS shards starts them in the VPC for the launch, and ends them.
+        statements.extend([
+            {
+                "Sid": "LambdaDnnStartShards",
+                "Effect": "Allow",
+                "Action": ["ec2:DescribeInstances", "ec2:RunInstances"],
+                "Resource": "*",
+            },
+            {
+                "Sid": "LambdaDnnTagShardsAtLaunch",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": "*",
+                "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+            },
+            {
+                "Sid": "LambdaDnnTerminateShards",
+                "Effect": "Allow",
+                "Action": "ec2:TerminateInstances",
+                "Resource": "arn:aws:ec2:*:*:instance/*",
+                "Condition": {"StringLike": {f"ec2:ResourceTag/{LAUNCH_TAG}": "*"}},
+            },
+        ])
     if target is None or target.layers:
         # Attaching a layer to a function requires reading that layer version.
         statements.append({
@@ -358,6 +566,320 @@ def required_policy(target: AwsTarget | None = None) -> dict[str, Any]:
             "Resource": list(target.layers) if target else "arn:aws:lambda:*:*:layer:*:*",
         })
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+# -- PS shards ----------------------------------------------------------------------------------
+
+_PASSWORD = re.compile(r"[A-Za-z0-9]{1,128}", re.ASCII)  # goes into a shell script as is
+_GONE = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+
+
+def shard_count(ps: ParameterServer) -> int:
+    """How many PS shards a launch starts on EC2 for this parameter server: k when k > 1,
+    else 0 (one machine is the channel's Redis, as it always was). A count that is no whole
+    number of at least 1, or shards without a catalogue `type`, is refused before any call."""
+    shards = ps.shards
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise AwsLaunchError(
+            f"the plan's `parameter_server.shards` is {brief(shards)}: a parameter server is a "
+            "whole number of at least 1 machines; solve the plan again"
+        )
+    if shards == 1:
+        return 0
+    if not ps.type:
+        raise AwsLaunchError(
+            f"the plan's parameter server is {shards} shards of no `type`: a launch starts "
+            "them as EC2 instances of a catalogue type; solve with `parameter_server: "
+            "{catalogue: ec2, type: ...}`"
+        )
+    return shards
+
+
+@dataclass(frozen=True)
+class ShardPlacement:
+    """Where PS shards run, and the Redis password they require: the subnet, security groups
+    and image of the channel's Redis (`placement_of`), so that whatever reaches it (the
+    functions, through its security group) reaches them. `password` None: no password (and
+    Redis's protected mode off, which otherwise refuses every remote client)."""
+
+    subnet_id: str
+    security_group_ids: tuple[str, ...]
+    image_id: str
+    password: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.subnet_id and self.image_id and self.security_group_ids):
+            raise AwsLaunchError(
+                f"a PS shard needs a subnet, an image and a security group; got subnet "
+                f"{brief(self.subnet_id)}, image {brief(self.image_id)} and groups "
+                f"{brief(self.security_group_ids)}"
+            )
+        if self.password is not None and _PASSWORD.fullmatch(self.password) is None:
+            raise AwsLaunchError(
+                "the Redis password holds characters other than letters and digits, which "
+                "PS shards cannot be given safely: use a password of 1-128 letters and digits "
+                "(the stack's RedisPassword is one)"
+            )
+
+
+def placement_of(ec2: Any, redis_url: str, retry: Retry = Retry()) -> ShardPlacement:
+    """The placement of the running EC2 instance that serves `redis_url` (found by its
+    private address or DNS name), with the URL's password: PS shards start beside it."""
+    parts = urlsplit(redis_url)
+    host = parts.hostname or ""
+    if parts.scheme != "redis" or not host:
+        shown = f"{parts.scheme}://{host or parts.path}"  # without the password
+        raise AwsLaunchError(
+            f"PS shards start beside the channel's Redis, and {brief(shown, 60)} is no "
+            "redis:// URL of a host (the shards speak no TLS): launch with `--stack NAME`"
+        )
+    try:
+        ipaddress.IPv4Address(host)
+        by = "private-ip-address"
+    except ValueError:
+        by = "private-dns-name"
+    found = call_aws(
+        ec2, "describe_instances", f"the channel's Redis {host}", retry,
+        retry_fix=_EC2_RETRY_FIX,
+        Filters=[{"Name": by, "Values": [host]},
+                 {"Name": "instance-state-name", "Values": ["running"]}],
+    )
+    instances = [instance for reservation in found.get("Reservations", [])
+                 for instance in reservation.get("Instances", [])]
+    if not instances:
+        raise AwsLaunchError(
+            f"the channel's Redis {host} is no running EC2 instance of this region, and PS "
+            "shards start beside it (its subnet, security groups and image): launch with "
+            "`--stack NAME`, whose Redis is one, or `--redis-url` of one"
+        )
+    instance = instances[0]
+    password = None if parts.password is None else unquote(parts.password)
+    return ShardPlacement(
+        subnet_id=str(instance.get("SubnetId") or ""),
+        security_group_ids=tuple(str(group["GroupId"])
+                                 for group in instance.get("SecurityGroups", [])),
+        image_id=str(instance.get("ImageId") or ""),
+        password=password or None,
+    )
+
+
+def _user_data(password: str | None, lifetime_s: float | None) -> str:
+    """The shard's boot script: redis-server on every address at SHARD_PORT, with the
+    password, no persistence (a shard holds a launch's parameters, for that launch only).
+    With `lifetime_s`, the machine powers itself off (and so terminates, see
+    `start_shards`) after that long: a shard whose launcher died unseen ends anyway."""
+    settings = (["bind 0.0.0.0", f"port {SHARD_PORT}", 'save ""', "appendonly no"]
+                + (["protected-mode no"] if password is None else [f"requirepass {password}"]))
+    lines = ["#!/bin/bash", "set -euo pipefail"]
+    if lifetime_s is not None:
+        lines.append(f"shutdown -P +{max(1, math.ceil(lifetime_s / 60))}")
+    lines += ["dnf install -y redis6",
+              f"printf '%s\\n' {' '.join(repr(line) for line in settings)} "
+              ">> /etc/redis6/redis6.conf",
+              "systemctl enable --now redis6"]
+    return "\n".join(lines) + "\n"
+
+
+def _shard_url(address: str, password: str | None) -> str:
+    auth = "" if password is None else f":{password}@"
+    return f"redis://{auth}{address}:{SHARD_PORT}/0"
+
+
+@dataclass(frozen=True)
+class Shards:
+    """PS shards that are running: their instances and Redis URLs in shard order, and when
+    `start_shards` returned (on the clock it was given), where their billed time starts."""
+
+    ids: tuple[str, ...]
+    urls: tuple[str, ...]
+    instance_type: str
+    started_at: float
+
+
+def _instances(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [instance for reservation in answer.get("Reservations", [])
+            for instance in reservation.get("Instances", [])]
+
+
+def start_shards(
+    ec2: Any, *, count: int, instance_type: str, placement: ShardPlacement, launch_id: str,
+    name: str = "lambdadnn", retry: Retry = Retry(), clock: Callable[[], float] = time.monotonic,
+    deadline_s: float = 600.0, poll_s: float = 5.0, lifetime_s: float | None = None,
+    ready: Callable[[str], bool] | None = None,
+) -> Shards:
+    """Run `count` EC2 instances of `instance_type` (passed as is: EC2 judges it) that each
+    start redis-server at boot, tagged `LAUNCH_TAG` = `launch_id`, and wait until all are
+    running (and, with `ready`, until `ready(url)` holds for each), at most `deadline_s`.
+
+    It returns running shards or leaves none: on any failure after RunInstances, a stop
+    signal included, it terminates what it started before raising. `launch_id` is also
+    RunInstances' ClientToken, so a retried request starts no second set; when the request
+    itself failed without an answer, the instances it may have started are found by tag.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise AwsLaunchError(f"`count` of PS shards must be a whole number ≥ 1, got "
+                             f"{brief(count)}")
+    if not isinstance(instance_type, str) or not instance_type:
+        raise AwsLaunchError(f"PS shards need an EC2 instance type, got {brief(instance_type)}")
+    if not 0 < deadline_s < math.inf or not 0 < poll_s < math.inf:
+        raise AwsLaunchError(f"`deadline_s` {deadline_s!r} and `poll_s` {poll_s!r} must be "
+                             "finite seconds > 0")
+    subject = f"{count} PS shards ({instance_type})"
+    tags = [{"Key": "Name", "Value": f"{name}-ps-shard"}, {"Key": LAUNCH_TAG, "Value": launch_id},
+            {"Key": "lambdadnn:shards", "Value": str(count)}]
+    ids: tuple[str, ...] = ()
+    try:
+        try:
+            started = call_aws(
+                ec2, "run_instances", subject, retry, retry_fix=_EC2_RETRY_FIX,
+                ImageId=placement.image_id, InstanceType=instance_type, MinCount=count,
+                MaxCount=count, SubnetId=placement.subnet_id,
+                SecurityGroupIds=list(placement.security_group_ids),
+                UserData=_user_data(placement.password, lifetime_s),
+                InstanceInitiatedShutdownBehavior="terminate", ClientToken=launch_id[-64:],
+                TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+            )
+        except AwsLaunchError:
+            raise  # EC2 answered with an error: nothing started
+        except Exception:  # no answer: the instances may exist, known by their tag only
+            with contextlib.suppress(Exception):
+                ids = _tagged(ec2, launch_id, retry.uninterrupted())
+            raise
+        ids = tuple(str(instance["InstanceId"]) for instance in started.get("Instances", []))
+        if len(ids) != count:
+            raise AwsLaunchError(f"RunInstances started {len(ids)} of {subject}: EC2 gave "
+                                 "fewer than asked; launch again")
+        addresses = _wait_running(ec2, ids, subject, retry, clock, deadline_s, poll_s)
+        urls = tuple(_shard_url(address, placement.password) for address in addresses)
+        if ready is not None:
+            _wait_answering(urls, ready, subject, retry, clock, deadline_s, poll_s)
+        return Shards(ids, urls, instance_type, clock())
+    except BaseException:
+        if ids:
+            stop_shards(ec2, ids, retry.uninterrupted())
+        raise
+
+
+def _tagged(ec2: Any, launch_id: str, retry: Retry) -> tuple[str, ...]:
+    """The instances of a launch that are not (being) terminated, found by `LAUNCH_TAG`."""
+    found = call_aws(ec2, "describe_instances", f"the PS shards of launch {launch_id}", retry,
+                     retry_fix=_EC2_RETRY_FIX,
+                     Filters=[{"Name": f"tag:{LAUNCH_TAG}", "Values": [launch_id]},
+                              {"Name": "instance-state-name",
+                               "Values": ["pending", "running", "stopping", "stopped"]}])
+    return tuple(str(instance["InstanceId"]) for instance in _instances(found))
+
+
+def _wait_running(
+    ec2: Any, ids: tuple[str, ...], subject: str, retry: Retry, clock: Callable[[], float],
+    deadline_s: float, poll_s: float,
+) -> list[str]:
+    """The private addresses of `ids`, in their order, once all are running. Right after
+    RunInstances EC2 may not know the ids yet (InvalidInstanceID.NotFound): not yet running."""
+    began = clock()
+    states: dict[str, str] = {}
+    while True:
+        try:
+            found = _instances(call_aws(ec2, "describe_instances", subject, retry,
+                                        retry_fix=_EC2_RETRY_FIX, InstanceIds=list(ids)))
+        except AwsLaunchError as exc:
+            if exc.code != _INSTANCE_NOT_FOUND:
+                raise
+            found = []
+        by_id = {str(instance["InstanceId"]): instance for instance in found}
+        states = {i: str(by_id.get(i, {}).get("State", {}).get("Name", "pending")) for i in ids}
+        gone = [i for i in ids if states[i] in _GONE]
+        if gone:
+            reason = by_id[gone[0]].get("StateReason", {}).get("Message", "no reason given")
+            raise AwsLaunchError(f"PS shard {gone[0]} of {subject} is {states[gone[0]]} before "
+                                 f"it ran ({reason}): launch again, or solve with another type")
+        if all(state == "running" and by_id[i].get("PrivateIpAddress")
+               for i, state in states.items()):
+            return [str(by_id[i]["PrivateIpAddress"]) for i in ids]
+        if clock() - began >= deadline_s:
+            waiting = sorted({state for state in states.values() if state != "running"})
+            raise AwsLaunchError(f"{subject} were not running after {deadline_s:g} s (still "
+                                 f"{', '.join(waiting) or 'without an address'}): check them in "
+                                 "the EC2 console, then launch again")
+        retry.pause(poll_s)
+
+
+def _wait_answering(
+    urls: tuple[str, ...], ready: Callable[[str], bool], subject: str, retry: Retry,
+    clock: Callable[[], float], deadline_s: float, poll_s: float,
+) -> None:
+    """Until `ready(url)` holds for every shard (its Redis answers), at most `deadline_s`."""
+    began, waiting = clock(), list(range(len(urls)))
+    while True:
+        waiting = [shard for shard in waiting if not ready(urls[shard])]
+        if not waiting:
+            return
+        if clock() - began >= deadline_s:
+            raise AwsLaunchError(f"the Redis of shard {waiting[0]} of {subject} did not answer "
+                                 f"within {deadline_s:g} s of running: read the instance's "
+                                 "console output (its user data installs Redis)")
+        retry.pause(poll_s)
+
+
+def stop_shards(ec2: Any, ids: tuple[str, ...] | list[str], retry: Retry = Retry()) -> None:
+    """Terminate the PS shards `ids`; an instance already gone (InvalidInstanceID.NotFound) is
+    the only error ignored. EC2 refuses a whole request for one unknown id, so then each is
+    terminated alone, every one attempted even if one fails."""
+    ids = list(ids)
+    if not ids:
+        return
+    subject = f"{len(ids)} PS shards"
+    try:
+        call_aws(ec2, "terminate_instances", subject, retry, retry_fix=_EC2_RETRY_FIX,
+                 InstanceIds=ids)
+        return
+    except AwsLaunchError as exc:
+        if exc.code != _INSTANCE_NOT_FOUND:
+            raise
+    failures: list[AwsLaunchError] = []
+    for one in ids:
+        try:
+            call_aws(ec2, "terminate_instances", f"PS shard {one}", retry,
+                     retry_fix=_EC2_RETRY_FIX, InstanceIds=[one])
+        except AwsLaunchError as exc:
+            if exc.code != _INSTANCE_NOT_FOUND:
+                failures.append(exc)
+    if failures:
+        raise failures[0]
+
+
+@dataclass(frozen=True)
+class ShardBill:
+    """What a launch's PS shards cost: `count` × `price_per_hour` for the `up_s` seconds from
+    `start_shards`' return to the `stop_shards` call, priced as the model prices the PS."""
+
+    count: int
+    instance_type: str
+    price_per_hour: float
+    up_s: float
+
+    @property
+    def cost_usd(self) -> float:
+        return self.up_s * price_per_second(
+            0, 0, price_per_gb_second=0.0, ps_price_per_hour=self.count * self.price_per_hour)
+
+    def describe(self) -> str:
+        return (f"{self.count} PS shards {self.instance_type} up {self.up_s:.0f} s "
+                f"(${self.cost_usd:.4f})")
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    """How a launch of a sharded plan reaches EC2: the `ec2` client, the shards' `placement`
+    (None: `placement_of` the channel's Redis), the wait for them (`deadline_s`, `poll_s`),
+    and `ready(url)`, whether a shard's Redis answers (None: running is enough, the workers
+    retry; the stack's security group admits the functions to 6379, not the launcher)."""
+
+    ec2: Any
+    placement: ShardPlacement | None = None
+    deadline_s: float = 600.0
+    poll_s: float = 5.0
+    ready: Callable[[str], bool] | None = None
 
 
 class AwsLauncher:
@@ -381,70 +903,43 @@ class AwsLauncher:
         backoff_cap_s: float = 20.0,
         ready_polls: int = 150,
         ready_poll_s: float = 2.0,
+        interrupt: Callable[[], None] = _nothing,
     ) -> None:
         self.client = client
         self.target = target
-        self._sleep = sleep
         self._clock = clock
-        self._rng = rng or random.Random()
-        self._max_attempts = max_attempts
-        self._backoff_base_s = backoff_base_s
-        self._backoff_cap_s = backoff_cap_s
+        self._retry = Retry(sleep=sleep, rng=rng or random.Random(), max_attempts=max_attempts,
+                            backoff_base_s=backoff_base_s, backoff_cap_s=backoff_cap_s,
+                            interrupt=interrupt)
         self._ready_polls = ready_polls
         self._ready_poll_s = ready_poll_s
-        if max_attempts < 1:
-            raise AwsLaunchError(f"max_attempts must be at least 1, not {max_attempts}")
         self._created_function = False
         self._reserved_concurrency = False
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _call(self, method: str, **params: Any) -> dict[str, Any]:
-        """One client call, retried with exponential backoff and jitter while throttled.
-
-        The delay before retry k is uniform in [d/2, d] with d = min(cap, base·2^k) ("equal
-        jitter"): never zero, so a throttled burst backs off, and spread, so `n` callers do
-        not retry in lockstep.
-        """
-        operation = _operation_name(method)
-        attempt = 0
-        while True:
-            try:
-                response: dict[str, Any] = getattr(self.client, method)(**params)
-                return response
-            except Exception as exc:
-                code = _error_code(exc)
-                if code is None and _missing_credentials(exc):
-                    raise AwsLaunchError(f"{operation} {NO_CREDENTIALS}") from None
-                if code is None:
-                    raise
-                attempt += 1
-                if code not in RETRYABLE_CODES:
-                    fix = _FIXES.get(code, "see the AWS error message above")
-                    raise AwsLaunchError(
-                        f"{operation} on function {self.target.function_name!r} failed with "
-                        f"{code}: {exc}; {fix}", code=code,
-                    ) from exc
-                if attempt == self._max_attempts:
-                    raise AwsLaunchError(
-                        f"{operation} on function {self.target.function_name!r} was refused "
-                        f"{attempt} times ({code}): {_RETRY_FIX}", code=code,
-                    ) from exc
-                delay = min(self._backoff_cap_s, self._backoff_base_s * 2 ** (attempt - 1))
-                self._sleep(delay / 2 + self._rng.uniform(0, delay / 2))
+    def _call(self, method: str, *, retry: Retry | None = None, **params: Any
+              ) -> dict[str, Any]:
+        """One Lambda call on the target's function (`call_aws`)."""
+        return call_aws(self.client, method, f"function {self.target.function_name!r}",
+                        self._retry if retry is None else retry, **params)
 
     # -- deploy ------------------------------------------------------------------------------
 
     def _configuration(
-        self, memory_mb: int, redis_url: str, job: str, timeout_s: int
+        self, memory_mb: int, redis_url: str, job: str, timeout_s: int,
+        shard_urls: tuple[str, ...] = (),
     ) -> dict[str, Any]:
         """The settings shared by CreateFunction and UpdateFunctionConfiguration."""
+        variables = {REDIS_URL_ENV: redis_url, JOB_ENV: job}
+        if shard_urls:
+            variables[REDIS_URLS_ENV] = ",".join(shard_urls)
         config: dict[str, Any] = {
             "FunctionName": self.target.function_name,
             "Role": self.target.role_arn,
             "MemorySize": memory_mb,
             "Timeout": timeout_s,
-            "Environment": {"Variables": {REDIS_URL_ENV: redis_url, JOB_ENV: job}},
+            "Environment": {"Variables": variables},
         }
         if self.target.image_uri is None:
             config.update(Runtime=RUNTIME, Handler=HANDLER, Layers=list(self.target.layers))
@@ -461,16 +956,18 @@ class AwsLauncher:
         return {"ZipFile": package_worker()}
 
     def deploy(
-        self, spec: LaunchSpec, redis_url: str, job: str, *, timeout_s: int = FUNCTION_TIMEOUT_S
+        self, spec: LaunchSpec, redis_url: str, job: str, *, timeout_s: int = FUNCTION_TIMEOUT_S,
+        shard_urls: tuple[str, ...] = (),
     ) -> None:
         """Create the function (or bring an existing one up to date) and reserve `n` slots.
 
         Memory and architecture are the spec's (checked within Lambda's range when it was
         built); `timeout_s` is the function's Timeout, the invocation limit. Reserved
         concurrency `n` guarantees the BSP barrier can be reached: all `n` ranks can run at
-        once, and no other function of the account can take their slots.
+        once, and no other function of the account can take their slots. `shard_urls`, the
+        PS shards' in shard order, go into the environment as `REDIS_URLS_ENV`.
         """
-        config = self._configuration(spec.memory_mb, redis_url, job, timeout_s)
+        config = self._configuration(spec.memory_mb, redis_url, job, timeout_s, shard_urls)
         code = self._code()
         package_type = "Image" if self.target.image_uri is not None else "Zip"
         try:
@@ -534,7 +1031,7 @@ class AwsLauncher:
                 )
             if state == "Active" and update != "InProgress":
                 return
-            self._sleep(self._ready_poll_s)
+            self._retry.pause(self._ready_poll_s)
         raise AwsLaunchError(
             f"function {self.target.function_name!r} was not active after "
             f"{self._ready_polls * self._ready_poll_s:.0f} s: check its state in the Lambda "
@@ -570,8 +1067,10 @@ class AwsLauncher:
 
         Every deletion is attempted even if one fails, so a failure leaves as little behind
         as possible; `ResourceNotFoundException` (already gone) is the only error ignored.
+        A stop signal does not cut it short.
         """
         name = self.target.function_name
+        retry = self._retry.uninterrupted()
         steps: list[tuple[str, bool]] = [
             ("delete_function_concurrency", self._reserved_concurrency),
             ("delete_function", self._created_function),
@@ -581,7 +1080,7 @@ class AwsLauncher:
             if not wanted:
                 continue
             try:
-                self._call(method, FunctionName=name)
+                self._call(method, retry=retry, FunctionName=name)
             except AwsLaunchError as exc:
                 if exc.code != "ResourceNotFoundException":
                     failures.append(exc)
@@ -606,8 +1105,11 @@ class Following:
 class AwsBackend:
     """A plan's ranks as asynchronous invocations of one Lambda function (a `Backend`).
 
-    `setup` deploys the function (`AwsLauncher.deploy`), `reconfigure` resizes it between
-    the rounds of an adaptive launch, `stop` deletes what it created. Lambda's Timeout is
+    `setup` starts the plan's PS shards when it has k > 1 (`start_shards`, with the options
+    `shards`) and deploys the function (`AwsLauncher.deploy`), `reconfigure` resizes it
+    between the rounds of an adaptive launch, `stop` terminates the shards and deletes what
+    it created; `shard_bill` is then what the shards cost. `interrupt` raises a noted stop
+    signal: it is checked before each AWS call and after each pause. Lambda's Timeout is
     whole seconds, so the function gets ⌈timeout_s⌉ and the workers a margin larger by the
     difference: they stop where a limit of exactly `timeout_s` would stop them, which is what
     the report's prediction assumes. A round in which nothing moved means the workers never
@@ -620,6 +1122,7 @@ class AwsBackend:
     def __init__(
         self, spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
         channel: Channel, timeout_s: float, following: Following = Following(),
+        shards: ShardOptions | None = None, interrupt: Callable[[], None] = _nothing,
     ) -> None:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             0 < timeout_s <= FUNCTION_TIMEOUT_S
@@ -629,11 +1132,29 @@ class AwsBackend:
                 f"(0, {FUNCTION_TIMEOUT_S}]"
             )
         _check_concurrency(spec)
+        self._shard_count = _sharded(spec)
+        if self._shard_count and shards is None:
+            raise AwsLaunchError(
+                f"the plan's parameter server is {self._shard_count} shards, which the launch "
+                "starts on EC2, and no EC2 client was given (`ShardOptions`)"
+            )
+        if self._shard_count and not target.subnet_ids:
+            raise AwsLaunchError(
+                f"the plan's {self._shard_count} PS shards are reached at private addresses "
+                "in the channel's VPC: launch the function in it (`--stack NAME`, or "
+                "`--subnet-ids` and `--security-group-ids`)"
+            )
         self.job, self.redis_url, self.channel = job, redis_url, channel
         self._spec, self._target, self._following = spec, target, following
         self._timeout_s = float(timeout_s)
+        self._interrupt = interrupt
         self._launcher = AwsLauncher(client, target, sleep=following.sleep,
-                                     clock=following.clock.monotonic)
+                                     clock=following.clock.monotonic, interrupt=interrupt)
+        self._shard_options = shards
+        self._retry = Retry(sleep=following.sleep, interrupt=interrupt)
+        self.launch_id = f"{job}-{uuid.uuid4().hex[:12]}"
+        self._shards: Shards | None = None
+        self._shard_bill: ShardBill | None = None
         self._rounds = self._functions = 0
         self._polled = self._moved = False
         self._round_start = self._last_change = 0.0
@@ -644,9 +1165,28 @@ class AwsBackend:
         target = self._target
         return f"function {target.function_name} ({self._spec.architecture}) in {target.region}"
 
+    @property
+    def shard_bill(self) -> ShardBill | None:
+        """What the PS shards cost, once `stop` has terminated them (None: no shards)."""
+        return self._shard_bill
+
     def setup(self) -> int:
+        options = self._shard_options
+        if self._shard_count and options is not None:
+            ps = self._spec.solved_from.parameter_server
+            assert ps.type is not None  # `shard_count` refused shards without one
+            placement = options.placement or placement_of(options.ec2, self.redis_url,
+                                                          self._retry)
+            self._shards = start_shards(
+                options.ec2, count=self._shard_count, instance_type=ps.type,
+                placement=placement, launch_id=self.launch_id,
+                name=self._target.function_name, retry=self._retry,
+                clock=self._following.clock.monotonic, deadline_s=options.deadline_s,
+                poll_s=options.poll_s, lifetime_s=self._spec.key_ttl_s, ready=options.ready,
+            )
         self._launcher.deploy(self._spec, self.redis_url, self.job,
-                              timeout_s=math.ceil(self._timeout_s))
+                              timeout_s=math.ceil(self._timeout_s),
+                              shard_urls=() if self._shards is None else self._shards.urls)
         return 0
 
     def start(self, event: Mapping[str, Any]) -> None:
@@ -662,6 +1202,7 @@ class AwsBackend:
         following = self._following
         if self._polled:
             following.sleep(following.poll_s)
+            self._interrupt()
         self._polled = True
         progress = dict(self.channel.progress())
         now = following.clock.monotonic()
@@ -703,7 +1244,26 @@ class AwsBackend:
         return None
 
     def stop(self, *, finished: bool) -> None:
-        self._launcher.cleanup()
+        """Terminate the shards (their billed time ends here) and clean up the function; both
+        are attempted even if one fails, and no stop signal cuts them short."""
+        failures: list[BaseException] = []
+        shards, options = self._shards, self._shard_options
+        if shards is not None and options is not None:
+            self._shards = None
+            self._shard_bill = ShardBill(
+                len(shards.ids), shards.instance_type,
+                self._spec.solved_from.parameter_server.price_per_hour,
+                self._following.clock.monotonic() - shards.started_at)
+            try:
+                stop_shards(options.ec2, shards.ids, self._retry.uninterrupted())
+            except Exception as exc:
+                failures.append(exc)
+        try:
+            self._launcher.cleanup()
+        except Exception as exc:
+            failures.append(exc)
+        if failures:
+            raise failures[0]
 
     def capacity(self) -> Capacity:
         return profile_capacity(region=self._target.region, architecture=self._spec.architecture)
@@ -713,9 +1273,11 @@ def run_aws(
     spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
     channel: Channel, options: RunOptions = DEFAULTS, hooks: Hooks = SILENT,
     controller: Planner | None = None, following: Following = Following(),
+    shards: ShardOptions | None = None,
 ) -> LaunchReport:
-    """Run a plan on Lambda: deploy → invoke all ranks → follow → clean up (always): the
-    orchestrator (`launcher.orchestrator`) over an `AwsBackend`.
+    """Run a plan on Lambda: (start its PS shards →) deploy → invoke all ranks → follow →
+    clean up (always, on SIGINT, SIGTERM and SIGHUP too): the orchestrator
+    (`launcher.orchestrator`) over an `AwsBackend`.
 
     The Redis of `channel` at `redis_url` must be reachable from Lambda (a Redis next to the
     parameter server, not 127.0.0.1). `options.max_restarts` defaults to three times the
@@ -723,14 +1285,34 @@ def run_aws(
     bill. A user's factory module must be in the deployed code (`--image-uri` or a layer).
     With a `controller`, a change of plan halts the group, and once every rank has
     checkpointed and returned the function gets the new `MemorySize` and reserved
-    concurrency and the new n ranks are invoked with the same global batch.
+    concurrency and the new n ranks are invoked with the same global batch. A plan of k > 1
+    PS shards needs `shards` (its EC2 client); the report's `runs_on` ends with their cost.
     """
-    backend = AwsBackend(spec, client, target, redis_url=redis_url, job=job, channel=channel,
-                         timeout_s=options.timeout_s, following=following)
-    if options.max_restarts is None:
-        options = dataclasses.replace(options, max_restarts=3 * (spec.restarts + 1))
-    return orchestrate(spec, backend, options=options, hooks=hooks, controller=controller,
-                       clock=following.clock)
+    with _StopSignals() as signals:
+        backend = AwsBackend(spec, client, target, redis_url=redis_url, job=job,
+                             channel=channel, timeout_s=options.timeout_s, following=following,
+                             shards=shards, interrupt=signals.check)
+        if options.max_restarts is None:
+            options = dataclasses.replace(options, max_restarts=3 * (spec.restarts + 1))
+        try:
+            report = orchestrate(spec, backend, options=options, hooks=hooks,
+                                 controller=controller, clock=following.clock)
+        except RunFailed as failure:
+            raise RunFailed(_billed(failure.report, backend.shard_bill)) from None
+    return _billed(report, backend.shard_bill)
+
+
+def _billed(report: LaunchReport, bill: ShardBill | None) -> LaunchReport:
+    """The report with its PS shards and their cost: known only once they are terminated,
+    after the orchestrator has built the report."""
+    if bill is None:
+        return report
+    return dataclasses.replace(report, runs_on=f"{report.runs_on}; {bill.describe()}")
+
+
+def _sharded(spec: LaunchSpec) -> int:
+    """The PS shards a launch of `spec` starts on EC2 (`shard_count`; 0 without an instance)."""
+    return 0 if spec.instance is None else shard_count(spec.instance.parameter_server)
 
 
 class _DoneChannel:
@@ -757,16 +1339,18 @@ class _DoneChannel:
 
 def dry_run(
     spec: LaunchSpec, target: AwsTarget, *, redis_url: str, job: str,
-    options: RunOptions = DEFAULTS,
+    options: RunOptions = DEFAULTS, placement: ShardPlacement | None = None,
 ) -> list[Call]:
     """Every AWS call `run_aws` would make for this plan, in order, without making any.
 
-    It runs `run_aws` itself against a `DryRunClient`, with a channel that reports the job
-    done at once: the listing cannot drift from what a real run does.
+    It runs `run_aws` itself against a `DryRunClient` (as the Lambda and the EC2 client),
+    with a channel that reports the job done at once: the listing cannot drift from what a
+    real run does. The PS shards of a sharded plan get placeholder IDs and addresses.
     """
     client = DryRunClient()
     run_aws(spec, client, target, redis_url=redis_url, job=job, channel=_DoneChannel(),
-            options=options, following=Following(sleep=lambda _seconds: None))
+            options=options, following=Following(sleep=lambda _seconds: None),
+            shards=ShardOptions(ec2=client, placement=placement))
     return client.calls
 
 
@@ -774,15 +1358,20 @@ def run_aws_job(
     spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
     options: RunOptions = DEFAULTS, hooks: Hooks = SILENT,
     controller: Planner | None = None, following: Following = Following(),
+    shards: ShardOptions | None = None,
 ) -> LaunchReport:
     """`run_aws` with the job's own parameter channel on the Redis at `redis_url`.
 
     The channel's keys are deleted afterwards, whether the run ended or failed, and a Redis
-    that fails mid-run is one `LaunchError` line naming it (`channel_failed`).
+    that fails mid-run is one `LaunchError` line naming it (`channel_failed`). A sharded
+    plan without `shards` gets an EC2 client beside `client` (`_ec2_beside`).
     """
     import redis
 
     from .channel import ParameterChannel, channel_failed, redis_client
+
+    if shards is None and _sharded(spec):
+        shards = ShardOptions(ec2=_ec2_beside(client, target.region))
 
     channel = ParameterChannel(redis_client(redis_url, option="--redis-url"), job,
                                workers=spec.functions)
@@ -790,12 +1379,20 @@ def run_aws_job(
         try:
             return run_aws(spec, client, target, redis_url=redis_url, job=job, channel=channel,
                            options=options, hooks=hooks, controller=controller,
-                           following=following)
+                           following=following, shards=shards)
         finally:
             channel.cleanup()
             channel.client.close()
     except redis.RedisError as error:
         raise channel_failed(redis_url, error) from None
+
+
+def _ec2_beside(client: Any, region: str) -> Any:
+    """An EC2 client of `region` at the Lambda `client`'s endpoint when that is no AWS one
+    (a moto or LocalStack server serves every service at one address), else at EC2's own."""
+    endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None)
+    custom = isinstance(endpoint, str) and ".amazonaws.com" not in endpoint
+    return aws_client("ec2", region, endpoint_url=endpoint if custom else None)
 
 
 def _missing_credentials(error: Exception) -> bool:

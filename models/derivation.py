@@ -87,6 +87,29 @@ def _root(expression: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
     return root
 
 
+def _prove_servers(
+    regimes: list[tuple[str, dict[sp.Basic, sp.Basic], dict[sp.Basic, sp.Basic]]],
+) -> None:
+    """What choosing among PS servers rests on (`pipeline.undominated`): written through the
+    totals K_B = k·B_p, K_c = k·c_msg and K_p = k·p_ps, T_train, the spread's variance and the
+    iteration time are non-increasing in K_B and non-decreasing in K_c in every regime (so T
+    and its quantile are, as for m), and the cost weight is non-decreasing in K_p."""
+    bandwidth, message, price = sp.symbols("K_B K_c K_p", positive=True)
+    totals = {model.B_p: bandwidth / model.k_ps, model.c_msg: message / model.k_ps}
+    for name, choice, positivity in regimes:
+        for label, expression in (("T_train", model.t_train),
+                                  ("the spread's variance", model.spread_variance),
+                                  ("the iteration time", model.t_iteration)):
+            total = expression.xreplace(choice).subs(totals).subs(positivity)
+            if not sp.diff(total, bandwidth).is_nonpositive:
+                raise DerivationError(f"could not prove ∂({label})/∂(k·B_p) ≤ 0 in regime {name}")
+            if not sp.diff(total, message).is_nonnegative:
+                raise DerivationError(f"could not prove ∂({label})/∂(k·c_msg) ≥ 0 in regime {name}")
+    weight = model.weight.subs(model.p_ps, price / model.k_ps)
+    if not sp.diff(weight, price).is_nonnegative:
+        raise DerivationError("could not prove that the cost weight is non-decreasing in k·p_ps")
+
+
 def _prove_rounds() -> None:
     """What the terms paid per round add, proved for the bounds: T = T_train + g(r) and
     T_q = T_train,q + g_q(r_q) with g free of m and non-decreasing in r; r = max(0,
@@ -210,6 +233,7 @@ def facts() -> Facts:
                 )
     if not sp.diff(model.weight, model.m).is_nonnegative:
         raise DerivationError("could not prove that the cost weight is non-decreasing in m")
+    _prove_servers(regimes)
     _prove_rounds()
     _prove_crashes()
     linear_rate = model.alpha1 * model.m + model.beta1

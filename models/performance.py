@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +89,31 @@ def parameter_values(params: Mapping[str, float]) -> tuple[float, ...]:
     """The parameters in the program's order, as numpy floats (an overflow gives inf, never an
     exception), so callers can pass them once to `figures`."""
     return tuple(np.float64(params[name]) for name in program().parameters)
+
+
+def per_server(columns: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """One parameter vector for several servers' vectors (`columns`, one each): a parameter
+    they share stays a number, one that differs becomes an array with one entry per server,
+    which `at` picks rows from. `figures` broadcasts such arrays like n and m."""
+    merged = zip(*columns, strict=True)
+    return tuple(
+        same[0] if len(set(same)) == 1 else cast(float, np.array(same, dtype=np.float64))
+        for same in merged
+    )
+
+
+def at(values: tuple[float, ...], which: npt.NDArray[np.int64], *,
+       column: bool = False) -> tuple[float, ...]:
+    """`values` (from `per_server`) for rows on servers `which` (as a column of a 2-D array
+    with `column`): each per-server array indexed, each number as it is."""
+    picked = []
+    for value in values:
+        if np.ndim(value):
+            rows = np.asarray(value)[which]
+            picked.append(cast(float, rows[:, None] if column else rows))
+        else:
+            picked.append(value)
+    return tuple(picked)
 
 
 def deadline_figure(noise: NoiseTerms | None) -> str:

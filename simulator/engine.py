@@ -16,19 +16,26 @@ Semantics, for a plan of n functions of m MB (k = the model's iterations, real-v
   X_i mean-1 lognormal with `compute_cv`, independent per worker and iteration), then pushes
   d_m MB of gradients; when the PS has every gradient, all n workers pull d_m MB of parameters
   and the next iteration starts (the barrier waits for the slowest worker: stragglers).
-  The PS link carries at most B_p MB/s and a flow at most B_f^max. The pulls start together and
-  share it equally: each takes d_m/min(B_f^max, B_p/n). The pushes start as workers finish
-  computing, at sorted times c_(1) ≤ … ≤ c_(n); the push phase ends at the larger of the two
-  lower bounds on delivering them all, c_(n) + d_m/B_f^max (no flow beats its cap) and
-  max_j c_(j) + (n−j+1)·d_m/B_p (what arrives from c_(j) on needs that much of the link): the
-  fluid water-filling schedule that never idles the link while a push could use it. It is
-  exact when pushes cannot contend (n·B_f^max ≤ B_p) and when they start together (zero noise:
-  the model's d_m/min(B_f^max, B_p/n)); strict per-flow equal sharing of staggered pushes ends
-  later by less than d_m/B_f^max (tests/test_engine.py checks it against an event-driven
-  reference) — the price of a closed form over all iterations of a round at once.
+  The PS is k shards (`parameter_server.shards`, 1 unless set), each holding 1/k of the
+  parameters behind its own link of B_p MB/s: a worker's push (and pull) is k flows of d_m/k
+  MB, one to each shard, in parallel; its own link carries at most B_f^max in all, so each
+  flow at most B_f^max/k (the shards are alike, so an equal split is what a fluid schedule
+  gives). Every shard sees the same n flows, so the rules below, stated for one shard's link,
+  give every shard's timing and the exchange's. The pulls start together and share a shard's
+  link equally: each takes (d_m/k)/min(B_f^max/k, B_p/n) = d_m/min(B_f^max, k·B_p/n). The
+  pushes start as workers finish computing, at sorted times c_(1) ≤ … ≤ c_(n); the push phase
+  ends at the larger of the two lower bounds on delivering them all, c_(n) + d_m/B_f^max (no
+  flow beats its cap) and max_j c_(j) + (n−j+1)·(d_m/k)/B_p (what arrives at a shard from
+  c_(j) on needs that much of its link): the fluid water-filling schedule that never idles the
+  link while a push could use it. It is exact when pushes cannot contend (n·B_f^max ≤ k·B_p)
+  and when they start together (zero noise: the model's d_m/min(B_f^max, k·B_p/n)); strict
+  per-flow equal sharing of staggered pushes ends later by less than d_m/B_f^max
+  (tests/test_engine.py checks it against an event-driven reference) — the price of a closed
+  form over all iterations of a round at once.
   Per iteration, the communication is scaled by one mean-1 lognormal factor (`bandwidth_cv`).
-  Each exchange also waits the profile's latency λ (`profile.latency_s`, model v2): 2λ per
-  iteration, the push's and the pull's.
+  Each exchange also waits the profile's latency λ (`profile.latency_s`, model v2) and the
+  PS's per-message cost c_msg (`parameter_server.message_s`) once per shard: 2(λ + k·c_msg)
+  per iteration, the push's and the pull's.
   The model's k is real-valued: ⌊k⌋ full iterations run, then one of fraction k − ⌊k⌋ whose
   compute and communication are scaled by that fraction.
 * Start-up (model v2). Every round also pays the profile's start-up, s0 + s1·n seconds
@@ -49,7 +56,8 @@ Semantics, for a plan of n functions of m MB (k = the model's iterations, real-v
   wait in their invocation, whose timeout clock keeps running; each crash adds an invocation.
 * Billing. Every worker is billed from its invocation to its round's end (cold starts and
   barrier waits included; a crashed worker's replacement starts the moment it crashes), so
-  gb_seconds = n·m/1024·time_s; the PS is paid for time_s; each invocation is one request.
+  gb_seconds = n·m/1024·time_s; the PS's k shards are paid for time_s (k × its
+  `price_per_hour`); each invocation is one request.
 * Limits. A run is abandoned (`finished` false: its time and cost are what it ran until then,
   its `iterations` those completed) when it would take the simulator unbounded work, so any
   input ends within seconds: after `MAX_EVENTS` invocation rounds and crashes (at Lambda's
@@ -77,7 +85,7 @@ import numpy as np
 
 from ..inputs.errors import InputError, InstanceError, PlanError
 from ..inputs.files import brief
-from ..inputs.numbers import integer
+from ..inputs.numbers import integer, number
 from ..models import prices
 from ..models.noise import NoiseModel, draw_factors
 from ..models.performance import BATCH_SLACK, Array, figures
@@ -106,7 +114,7 @@ class JobRun:
     """What one simulated run of a plan took and cost."""
 
     time_s: float  # wall time from the first invocation's start to the end of training
-    cost_usd: float  # functions' GB-seconds billed + PS $/hour × time_s + requests
+    cost_usd: float  # functions' GB-seconds billed + k shards × PS $/hour × time_s + requests
     gb_seconds: float  # n × m/1024 × billed seconds, over all invocations of all functions
     iterations: float  # iterations completed (the model's k, real-valued: the last is partial)
     invocations: int  # function invocations, all workers (n × (restarts+1) without failures)
@@ -131,11 +139,25 @@ class TrialRun:
     iteration_s: tuple[float, ...]  # each completed iteration's duration, barrier to barrier
 
 
-def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -> Array:
-    """When the PS has every push, per iteration (row): the fluid bound of the module docstring.
+def shard_count(instance: Instance) -> int:
+    """The instance's `parameter_server.shards` (k), checked: a whole number ≥ 1."""
+    return integer("parameter_server.shards", instance.parameter_server.shards,
+                   error=InstanceError, maximum=MAX_INTEGER,
+                   need=f"a whole number of PS machines in 1..{MAX_INTEGER:,}")
 
-    `finish`: iterations × workers compute finish times; `volume`: MB per push, per iteration;
-    `flow_cap` = B_f^max and `link` = B_p in MB/s.
+
+def message_cost(instance: Instance) -> float:
+    """The instance's `parameter_server.message_s` (c_msg), checked: finite and ≥ 0."""
+    return number("parameter_server.message_s", instance.parameter_server.message_s,
+                  error=InstanceError, sign="non-negative")
+
+
+def push_phase_end(finish: Array, volume: Array, flow_cap: float, link: float) -> Array:
+    """When the PS (one shard) has every push, per iteration (row): the fluid bound of the
+    module docstring.
+
+    `finish`: iterations × workers compute finish times; `volume`: MB per flow, per iteration;
+    `flow_cap`: one flow's cap (B_f^max/k) and `link` = B_p (one shard's), in MB/s.
     """
     n = finish.shape[1]
     if n * flow_cap <= link:  # pushes never contend: each runs at its cap
@@ -215,6 +237,8 @@ class PlanRun:
                     need=f"an integer in 1..{MAX_INTEGER:,}")
             for name, value in (("functions", functions), ("memory_mb", memory_mb))
         )
+        self.shards = shard_count(instance)  # before the model reads them
+        message_s = message_cost(instance)
         values = instance.values()
         f = {name: float(v) for name, v in figures(values, functions, memory_mb, _FIGURES).items()}
         k = f["iterations"]
@@ -238,17 +262,20 @@ class PlanRun:
         ps = instance.parameter_server
         self.model_mb = instance.workload.model_size_mb
         self.flow_cap = ps.function_bandwidth_mbps
-        self.link = ps.bandwidth_mbps
-        self.pull_s_per_mb = 1 / min(self.flow_cap, self.link / functions)
+        self.link = ps.bandwidth_mbps  # one shard's
+        # A pull of d_m is k flows of d_m/k, each at min(B_f^max/k, B_p/n): together the
+        # shard's equal share k times over (k = 1: exactly the one PS's expression).
+        self.pull_s_per_mb = 1 / min(self.flow_cap, self.shards * self.link / functions)
         profile = instance.profile
-        self.latency_s = profile.latency_s
+        # The wait of one exchange besides its transfer: λ, and c_msg for each shard's message.
+        self.latency_s = profile.latency_s + self.shards * message_s
         self.startup_s = profile.startup.base_s + profile.startup.per_function_s * functions
         platform = instance.platform
         self.usable_s = platform.timeout_s - platform.timeout_margin_s
         self.restart_s = platform.restart_overhead_s
         self.price_gb_s = platform.price_per_gb_second
         self.price_request = platform.price_per_request
-        self.price_ps_h = ps.price_per_hour
+        self.price_ps_h = self.shards * ps.price_per_hour  # every shard, by the hour
         self.noise = noise
         self.rng = rng
         self.failure_rate = functions * noise.failure_rate_per_hour / 3600
@@ -277,7 +304,10 @@ class PlanRun:
         jitter = draw_factors(self.rng, self.noise.bandwidth_cv, len(scales))
         volume = self.model_mb * scales * jitter  # MB per flow, jitter folded into the volume
         finish = compute * (self.t_comp * scales)[:, None]
-        push_end = push_phase_end(finish, volume, self.flow_cap, self.link)
+        # Every shard sees the n workers' flows of volume/k at the same finish times, each
+        # flow at most B_f^max/k: one shard's push phase is every shard's.
+        k = self.shards
+        push_end = push_phase_end(finish, volume / k, self.flow_cap / k, self.link)
         times: Array = push_end + volume * self.pull_s_per_mb + 2 * self.latency_s * scales
         return times, finish
 

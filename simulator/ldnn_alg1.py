@@ -121,9 +121,10 @@ def memory_sizes(instance: Instance, *, up_to_mb: int = PUBLISHED_MAX_MB) -> tup
 
 
 def n_upper(instance: Instance) -> int:
-    """The paper's PS-bound upper bound ⌊B_p / B_f^max⌋: more functions would share the PS."""
+    """The paper's PS-bound upper bound ⌊B_p / B_f^max⌋ (k shards: ⌊k·B_p / B_f^max⌋): more
+    functions would share the PS."""
     ps = instance.parameter_server
-    return math.floor(ps.bandwidth_mbps / ps.function_bandwidth_mbps)
+    return math.floor(ps.shards * ps.bandwidth_mbps / ps.function_bandwidth_mbps)
 
 
 def n_divide(instance: Instance) -> int:

@@ -179,7 +179,7 @@ def reference_cost(episode: Episode) -> float:
     top = valid_memory(job, episode.memory_choices)[-1]
     seconds = job.samples * job.epochs / _rate(job, top)
     return (seconds * top / 1024 * job.price_per_gb_second
-            + episode.deadline_s * job.ps_price_per_hour / 3600)
+            + episode.deadline_s * job.ps_usd_per_hour / 3600)
 
 
 def miss_penalty(run: WorldRun, deadline_s: float) -> float:

@@ -28,7 +28,7 @@ from ..inputs.errors import InputError
 from ..inputs.files import brief
 from ..inputs.numbers import number
 from ..models.noise import NoiseModel
-from ..solver.instance import Instance
+from ..solver.instance import Instance, ParameterServer
 
 # Keys whose value must be > 0 (scales and a saturation point); the others may be 0.
 _POSITIVE = ("rate_scale", "bandwidth_scale", "startup_scale", "saturates_at_mb")
@@ -169,15 +169,18 @@ def _perturbed(truth: Truth, belief: Instance) -> Instance:
         profile.startup, base_s=profile.startup.base_s * truth.startup_scale,
         per_function_s=profile.startup.per_function_s * truth.startup_scale,
     )
+    def scale(server: ParameterServer) -> ParameterServer:
+        return dataclasses.replace(
+            server, bandwidth_mbps=server.bandwidth_mbps * bandwidth,
+            function_bandwidth_mbps=server.function_bandwidth_mbps * bandwidth)
+
     return dataclasses.replace(
         belief,
         profile=dataclasses.replace(
             profile, rate=rate, storage_bandwidth=storage, startup=startup
         ),
-        parameter_server=dataclasses.replace(
-            ps, bandwidth_mbps=ps.bandwidth_mbps * bandwidth,
-            function_bandwidth_mbps=ps.function_bandwidth_mbps * bandwidth,
-        ),
+        parameter_server=scale(ps),
+        servers=tuple(scale(server) for server in belief.servers),
         platform=dataclasses.replace(
             platform, restart_overhead_s=platform.restart_overhead_s * truth.startup_scale
         ),

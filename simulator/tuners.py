@@ -95,7 +95,7 @@ def _cost(instance: Instance, functions: int, memory_mb: int, time_s: float) -> 
     return bill(time_s, functions, memory_mb, requests=functions,
                 price_per_gb_second=platform.price_per_gb_second,
                 price_per_request=platform.price_per_request,
-                ps_price_per_hour=ps.price_per_hour)
+                ps_price_per_hour=ps.shards * ps.price_per_hour)
 
 
 class _Tuner(ABC):

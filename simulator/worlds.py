@@ -22,7 +22,7 @@ import numpy as np
 from ..inputs.errors import InstanceError, WorldFileError
 from ..solver.instance import Instance
 from ..solver.shipped import named, worlds_folder
-from .engine import TrialRun
+from .engine import TrialRun, message_cost, shard_count
 from .replan import ReplannedRun, Replanner, run_replanned
 from .world import JobSpec, World, WorldError, WorldRun, run_plan, trial
 
@@ -52,9 +52,16 @@ def load_world(source: str | Path | World | None) -> World:
         raise WorldFileError(f"`--truth-file`: {error}") from None
 
 
-@lru_cache(maxsize=4096)  # a trace has few distinct instances; every run asks
 def job_spec(instance: Instance) -> JobSpec:
-    """The instance's stated numbers, as the world takes them."""
+    """The instance's stated numbers, as the world takes them (a bad shard count or message
+    cost is refused, as the planner's engine refuses it, with `InstanceError`)."""
+    # Checked before the cache: `shards=True` equals `shards=1` as a key.
+    shards, message_s = shard_count(instance), message_cost(instance)
+    return _job_spec(instance, shards, message_s)
+
+
+@lru_cache(maxsize=4096)  # a trace has few distinct instances; every run asks
+def _job_spec(instance: Instance, shards: int, message_s: float) -> JobSpec:
     workload, profile = instance.workload, instance.profile
     rate, storage, ps = profile.rate, profile.storage_bandwidth, instance.parameter_server
     platform = instance.platform
@@ -82,6 +89,8 @@ def job_spec(instance: Instance) -> JobSpec:
         timeout_s=platform.timeout_s,
         timeout_margin_s=platform.timeout_margin_s,
         restart_overhead_s=platform.restart_overhead_s,
+        ps_shards=shards,
+        ps_message_s=message_s,
     )
 
 

@@ -712,7 +712,7 @@ class Controller:
         platform, server = self.instance.platform, self.instance.parameter_server
         return price_per_second(functions, memory_mb,
                                 price_per_gb_second=platform.price_per_gb_second,
-                                ps_price_per_hour=server.price_per_hour)
+                                ps_price_per_hour=server.shards * server.price_per_hour)
 
     def _memories(self) -> list[int]:
         """The memory sizes a search scans: `SCAN_MEMORIES` spread evenly in log-memory over

@@ -86,9 +86,7 @@ def enumerate_candidates(
 
     def on(which: Index | None) -> tuple[float, ...]:
         """The parameters of rows whose servers are `which` (as a column)."""
-        if which is None:
-            return values
-        return tuple(v[which][:, None] if np.ndim(v) else v for v in values)
+        return values if which is None else model.at(values, which, column=True)
 
     def record(n: Index, index: Index, real: npt.NDArray[np.bool_],
                which: Index | None) -> dict[str, Array]:

@@ -27,18 +27,19 @@ Index = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class Task:
-    """One job as the schedule sees it: when it may start, when it is due, its kind (jobs of
-    one instance share plans) and its (time, cost) front within its deadline."""
+    """One job as the schedule sees it: when it may start, when it is due, its kinds (jobs of
+    one instance share plans; an instance choosing its parameter server is one kind per
+    server) and its (time, cost) front within its deadline, over all its kinds."""
 
     submit_s: float
     due_s: float  # submit + deadline: the latest finish that meets the deadline
-    kind: int
+    kinds: tuple[int, ...]
     options: Options
 
 
 @dataclass(frozen=True)
 class Columns:
-    """(job, plan, start) columns as parallel arrays; a column is its (task, functions,
+    """(job, plan, start) columns as parallel arrays; a column is its (task, kind, functions,
     memory_mb, start_s), and it counts at the moments first..stop-1."""
 
     task: Index
@@ -49,6 +50,7 @@ class Columns:
     cost_usd: Array
     first: Index
     stop: Index
+    kind: Index  # the task's kind the plan is of (its parameter server)
 
     def __len__(self) -> int:
         return len(self.task)
@@ -57,15 +59,15 @@ class Columns:
         """The columns at `which` (an index array or a mask)."""
         return Columns(*(getattr(self, f.name)[which] for f in fields(Columns)))
 
-    def keys(self) -> list[tuple[int, int, int, float]]:
-        """Each column's identity: (task, functions, memory_mb, start_s)."""
-        return list(zip(self.task.tolist(), self.functions.tolist(), self.memory_mb.tolist(),
-                        self.start_s.tolist(), strict=True))
+    def keys(self) -> list[tuple[int, int, int, int, float]]:
+        """Each column's identity: (task, kind, functions, memory_mb, start_s)."""
+        return list(zip(self.task.tolist(), self.kind.tolist(), self.functions.tolist(),
+                        self.memory_mb.tolist(), self.start_s.tolist(), strict=True))
 
 
 def distinct(cols: Columns) -> Columns:
     """The columns, each (task, plan, start) once: the first of equal ones."""
-    seen: dict[tuple[int, int, int, float], int] = {}
+    seen: dict[tuple[int, int, int, int, float], int] = {}
     for i, key in enumerate(cols.keys()):
         seen.setdefault(key, i)
     return cols.take(np.array(sorted(seen.values()), dtype=np.int64))
@@ -88,14 +90,14 @@ class Grid:
     start_s: Array
     row: Index
 
-    def columns(self, task: Index, functions: Index, memory_mb: Index, start_s: Array,
-                time_s: Array, cost_usd: Array) -> Columns:
+    def columns(self, task: Index, kind: Index, functions: Index, memory_mb: Index,
+                start_s: Array, time_s: Array, cost_usd: Array) -> Columns:
         """Columns of these plans at these starts (each start one of the grid's moments)."""
         first = np.searchsorted(self.times, start_s, side="left")
         stop = np.searchsorted(self.times, start_s + time_s, side="left")
         return Columns(task.astype(np.int64), functions.astype(np.int64),
                        memory_mb.astype(np.int64), start_s, time_s, cost_usd,
-                       first.astype(np.int64), stop.astype(np.int64))
+                       first.astype(np.int64), stop.astype(np.int64), kind.astype(np.int64))
 
 
 def meets(start_s: float | Array, time_s: float | Array, due_s: float | Array) -> Any:

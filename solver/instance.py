@@ -141,6 +141,14 @@ class ParameterServer:
     type: str | None = None
     message_s: float = 0.0
 
+    @property
+    def choice(self) -> dict[str, Any] | None:
+        """The type and shard count a plan names (`"ps"`), when this is a catalogue's type or
+        more than one machine (None: the one machine `parameter_server:` gave)."""
+        if self.type is None and self.shards == 1:
+            return None
+        return {"type": self.type, "shards": self.shards}
+
 
 @dataclass(frozen=True)
 class Objective:

@@ -322,9 +322,9 @@ class ServerChoice:
 
 def _catalogue_given(path: str, value: Any) -> str | Mapping[str, Any]:
     if isinstance(value, str):
-        return _text(path, value)
+        return str(_text(path, value))
     if isinstance(value, Mapping):
-        return value
+        return dict(value)
     raise fail(path, value, "a shipped catalogue's name (such as `ec2`) or a catalogue mapping")
 
 

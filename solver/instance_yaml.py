@@ -18,9 +18,9 @@ from ..inputs.errors import InstanceError
 from ..inputs.files import brief, read_text
 from .instance import MAX_INTEGER, Instance, Limits, ParameterServer, Platform
 from .instance_validation import (
+    ServerChoice,
     check_platform,
     fail,
-    ServerChoice,
     instance_sections,
     key_shown,
     server_choices,

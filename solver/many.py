@@ -33,8 +33,15 @@ from .instance_validation import (
     positive_number,
 )
 from .instance_yaml import load_instance
-from .options import options
-from .pipeline import RECHECK_RTOL, check_guarantee, evaluate, planning_terms
+from .options import Options, merged, options
+from .pipeline import (
+    RECHECK_RTOL,
+    check_guarantee,
+    evaluate,
+    pinned,
+    planning_terms,
+    undominated,
+)
 from .pipeline import fastest as fastest_plan
 from .plan import Evaluation
 from .pricing import Catalogue
@@ -136,26 +143,21 @@ def _fastest(key: Instance, index: int, concurrency: int, guarantee: float | Non
 
 def _place_late(
     missed: list[int], jobs: list[_Job], tasks: list[Task], capacity: Capacity,
-    fastest: dict[int, tuple[int, int, float, float]],
-) -> dict[int, tuple[int, int, float, float, float]]:
+    plans: dict[int, list[tuple[int, int, float, float, int]]],
+) -> dict[int, tuple[int, int, float, float, float, int]]:
     """Each missed job (earliest due first) at the first moment the pool has room: the
-    cheapest of its fastest and cheapest plans that still meets the deadline, else the one
-    that finishes first. Returns (n, m, start, time, cost) per job."""
-    placed: dict[int, tuple[int, int, float, float, float]] = {}
+    cheapest of its `plans` (each kind's fastest and cheapest) that still meets the deadline,
+    else the one that finishes first. Returns (n, m, start, time, cost, kind) per job."""
+    placed: dict[int, tuple[int, int, float, float, float, int]] = {}
     for index in sorted(missed, key=lambda i: (tasks[i].due_s, i)):
-        opts = tasks[index].options
-        plans = [fastest[index]]
-        if len(opts):
-            plans.append((int(opts.functions[-1]), int(opts.memory_mb[-1]),
-                          float(opts.time_s[-1]), float(opts.cost_usd[-1])))
         tried = []
-        for n, m, t, c in plans:
+        for n, m, t, c, kind in plans[index]:
             at = capacity.earliest(jobs[index].submit_s, n, t)
             late = not meets(at, t, tasks[index].due_s)
-            tried.append((late, at + t if late else c, n, m, at, t, c))  # met first, cheapest
-        _, _, n, m, at, t, c = min(tried)
+            tried.append((late, at + t if late else c, n, m, at, t, c, kind))  # met, cheapest
+        _, _, n, m, at, t, c, kind = min(tried)
         capacity.take(at, n, t)
-        placed[index] = (n, m, at, t, c)
+        placed[index] = (n, m, at, t, c, kind)
     return placed
 
 
@@ -232,15 +234,26 @@ def solve_many(
     # Each job's instance without its deadline, numbered: one front per instance, and an
     # instance hashed once per job (a frozen dataclass's hash walks every field).
     numbered: dict[tuple[object, ...], int] = {}
-    kinds: list[int] = []
-    keys: list[Instance] = []  # the first job's instance of each kind stands for the kind
+    owner: list[int] = []
+    instances: list[Instance] = []  # the first job's instance of each stands for it
     for job in submitted:
-        kinds.append(numbered.setdefault(job.instance.undated_key(), len(numbered)))
-        if kinds[-1] == len(keys):
-            keys.append(job.instance)
+        owner.append(numbered.setdefault(job.instance.undated_key(), len(numbered)))
+        if owner[-1] == len(instances):
+            instances.append(job.instance)
+    # The kinds of plans: an instance's, or one per server it may choose (those another
+    # server beats left out, as `solve()` does), each a pinned instance.
+    keys: list[Instance] = []
+    kinds_of: list[tuple[int, ...]] = []
+    for instance in instances:
+        variants = [pinned(instance, instance.servers[i])
+                    for i in undominated(instance.servers)] if instance.servers else [instance]
+        kinds_of.append(tuple(range(len(keys), len(keys) + len(variants))))
+        keys.extend(variants)
+    kinds = [kinds_of[o] for o in owner]
     slowest = [0.0] * len(keys)
-    for kind, job in zip(kinds, submitted, strict=True):
-        slowest[kind] = max(slowest[kind], job.deadline_s)
+    for mine, job in zip(kinds, submitted, strict=True):
+        for kind in mine:
+            slowest[kind] = max(slowest[kind], job.deadline_s)
     planning = [planning_terms(key, share, noise) for key in keys]
     fronts = [options(key, guarantee=share, noise=noise, max_functions=limit,
                       slowest_s=slowest[kind]) for kind, key in enumerate(keys)]
@@ -249,16 +262,17 @@ def solve_many(
                      min(limit, key.max_functions), slowest[kind])
         for kind, key in enumerate(keys)
     ]
-    tasks = [Task(job.submit_s, job.due_s, kind, fronts[kind].within(job.deadline_s))
-             for kind, job in zip(kinds, submitted, strict=True)]
+    tasks = [Task(job.submit_s, job.due_s, mine,
+                  merged([fronts[kind].within(job.deadline_s) for kind in mine]))
+             for mine, job in zip(kinds, submitted, strict=True)]
     answer = solve_timetable(
         tasks, catalogues, concurrency=limit, slot=slot,
         time_limit_s=seconds - (time.perf_counter() - started), gap=number, reserved=held,
         progress=report,
     )
     report(PHASES[-1])
-    return _schedule(submitted, kinds, keys, tasks, answer, limit, slot, held, share, noise,
-                     number, started)
+    return _schedule(submitted, kinds, keys, fronts, tasks, answer, limit, slot, held, share,
+                     noise, number, started)
 
 
 def _column_bound(deadlines: list[float], slot: float) -> float:
@@ -339,8 +353,8 @@ def _reserved(reserved: object, limit: int) -> list[tuple[float, float, int]]:
 
 
 def _schedule(
-    submitted: list[_Job], kinds: list[int], keys: list[Instance], tasks: list[Task],
-    answer: Answer, limit: int, slot: float,
+    submitted: list[_Job], kinds: list[tuple[int, ...]], keys: list[Instance],
+    fronts: list[Options], tasks: list[Task], answer: Answer, limit: int, slot: float,
     reserved: list[tuple[float, float, int]], guarantee: float | None,
     noise: NoiseModel | None, target_gap: float, started: float,
 ) -> Schedule:
@@ -348,23 +362,30 @@ def _schedule(
     capacity = Capacity(limit)
     for start, finish, functions in reserved:
         capacity.take(start, functions, finish - start)
-    runs: dict[int, tuple[int, int, float, float, float]] = {}
+    runs: dict[int, tuple[int, int, float, float, float, int]] = {}
     for index in np.flatnonzero(answer.functions >= 0).tolist():
         runs[index] = (int(answer.functions[index]), int(answer.memory_mb[index]),
                        float(answer.start_s[index]), float(answer.time_s[index]),
-                       float(answer.cost_usd[index]))
+                       float(answer.cost_usd[index]), int(answer.kind[index]))
         capacity.take(runs[index][2], runs[index][0], runs[index][3])
     missed = [index for index in range(len(tasks)) if index not in runs]
     by_kind: dict[int, tuple[int, int, float, float]] = {}  # one solve per instance
+    plans: dict[int, list[tuple[int, int, float, float, int]]] = {}
     for index in missed:
-        if kinds[index] not in by_kind:
-            by_kind[kinds[index]] = _fastest(keys[kinds[index]], index, limit, guarantee, noise)
-    fastest = {index: by_kind[kinds[index]] for index in missed}
-    runs.update(_place_late(missed, submitted, tasks, capacity, fastest))
+        plans[index] = []
+        for kind in kinds[index]:
+            if kind not in by_kind:
+                by_kind[kind] = _fastest(keys[kind], index, limit, guarantee, noise)
+            plans[index].append((*by_kind[kind], kind))
+            opts = fronts[kind].within(submitted[index].deadline_s)
+            if len(opts):
+                plans[index].append((int(opts.functions[-1]), int(opts.memory_mb[-1]),
+                                     float(opts.time_s[-1]), float(opts.cost_usd[-1]), kind))
+    runs.update(_place_late(missed, submitted, tasks, capacity, plans))
     entries = []
     evaluated: dict[tuple[int, int, int], Evaluation] = {}
     for index, job in enumerate(submitted):
-        n, m, start, t, c = runs[index]
+        n, m, start, t, c, kind = runs[index]
         # The MILP's jobs meet their deadline by construction (the re-check tests that claim);
         # a job placed late may still meet it.
         met = index not in missed or bool(meets(start, t, job.due_s))
@@ -373,9 +394,9 @@ def _schedule(
             index=index, name=job.name, instance=job.instance.name, submit_s=job.submit_s,
             deadline_s=job.deadline_s, functions=n, memory_mb=m, start_s=start, time_s=t,
             finish_s=finish, cost_usd=c, met=met,
-            late_s=0.0 if met else finish - job.due_s,
+            late_s=0.0 if met else finish - job.due_s, ps=keys[kind].parameter_server.choice,
         )
-        _recheck(entry, kinds[index], keys[kinds[index]], guarantee, noise, evaluated)
+        _recheck(entry, kind, keys[kind], guarantee, noise, evaluated)
         entries.append(entry)
     top, at = peak([e.start_s for e in entries] + [r[0] for r in reserved],
                    [e.finish_s for e in entries] + [r[1] for r in reserved],

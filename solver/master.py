@@ -49,7 +49,7 @@ class Master:
         self.row_of = np.full(len(free), -1, dtype=np.int64)  # HiGHS's row of each moment
         self.held = np.zeros(len(free) + 1)  # the functions the columns could hold, as steps
         self.cols: Columns | None = None
-        self.keys: dict[tuple[int, int, int, float], int] = {}
+        self.keys: dict[tuple[int, int, int, int, float], int] = {}
 
     @property
     def columns(self) -> Columns:

@@ -55,6 +55,18 @@ class Options:
         )
 
 
+def merged(parts: list[Options]) -> Options:
+    """The front of several fronts together (a job that may run on several servers)."""
+    if len(parts) == 1:
+        return parts[0]
+    time = np.concatenate([part.time_s for part in parts])
+    cost = np.concatenate([part.cost_usd for part in parts])
+    functions = np.concatenate([part.functions for part in parts])
+    memory = np.concatenate([part.memory_mb for part in parts])
+    keep = pareto(time, cost, functions, memory)
+    return Options(time[keep], cost[keep], functions[keep], memory[keep])
+
+
 NO_OPTIONS = Options(
     np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
 )

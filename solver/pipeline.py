@@ -295,14 +295,14 @@ def _choose_server(
 
     One branch and bound runs over the rows (server, n) of every server's box together, with
     one incumbent, so a server whose rows cannot beat the best plan found on another is
-    pruned like any row; servers another one dominates are left out first (`_undominated`).
+    pruned like any row; servers another one dominates are left out first (`undominated`).
     The plan is then solved on the server found, as if pinned, for its bounds and re-check.
     """
     started = time.perf_counter()
     servers = given.servers
     planning = planning_terms(given, guarantee, noise)
     kept, loaded, boxes = [], [], []
-    for i in _undominated(servers):
+    for i in undominated(servers):
         instance, _ = corner(pinned(given, servers[i]), planning)
         box = model_bounds.box(
             instance.values(), instance.platform.memory.values(),
@@ -342,10 +342,13 @@ def _choose_server(
             if best[3] != kept[first]:
                 chosen = _solve(pinned(given, servers[best[3]]), guarantee, noise,
                                 fastest_only=False)
-    else:
+    else:  # the fastest plan of the servers whose fastest time is the least (ties: cost)
         fastest_at = [float(box.envelope_time.min()) for box in boxes]
-        j = min(range(len(kept)), key=lambda j: (fastest_at[j], servers[kept[j]].shards, j))
-        chosen = _solve(pinned(given, servers[kept[j]]), guarantee, noise, fastest_only=True)
+        least = min(fastest_at)
+        rivals = [(_solve(pinned(given, servers[kept[j]]), guarantee, noise, fastest_only=True),
+                   kept[j]) for j in range(len(kept)) if fastest_at[j] <= least * (1 + TIE_RTOL)]
+        chosen, _ = min(rivals, key=lambda pair: (pair[0].deadline_time_s, pair[0].cost_usd,
+                                                  servers[pair[1]].shards, pair[1]))
     return dataclasses.replace(chosen, solve_seconds=time.perf_counter() - started)
 
 
@@ -353,12 +356,10 @@ def _search_servers(instances: list[Instance], boxes: list[model_bounds.Box], de
                     planning: PlanningNoise | None, *, above: float) -> Candidates | None:
     """The branch and bound over the rows meeting the deadline of every server's box at once
     (the parameters that differ between the servers as arrays, one entry per server), for
-    plans costing at most `above`; None when there are no rows."""
+    plans costing at most `above`; None when no row could hold one."""
     if not instances:
         return None
-    columns = list(zip(*(instance.values() for instance in instances), strict=True))
-    values = tuple(column[0] if len(set(column)) == 1 else np.array(column, dtype=np.float64)
-                   for column in columns)
+    values = model.per_server([instance.values() for instance in instances])
     m_lo = {box.m_lo for box in boxes}
     if len(m_lo) != 1:  # validity and the memory floor do not depend on the server
         raise SolverError(f"the servers' boxes start at different memory sizes: {sorted(m_lo)}")
@@ -370,17 +371,19 @@ def _search_servers(instances: list[Instance], boxes: list[model_bounds.Box], de
     # A row costs at least T(n, its top)·weight(n, m_lo) + its requests: rows that cannot
     # beat `above` go before the search evaluates their pieces.
     memory, low = boxes[0].memory, m_lo.pop()
-    per_row = tuple(v[server] if np.ndim(v) else v for v in values)
+    per_row = model.at(values, server)
     functions = rows.astype(np.float64)
     top = model.figures(per_row, functions, memory[row_hi], ("time", "restarts"), planning)
     floor = model_bounds.cost_lower_bound(per_row, functions, np.full(len(rows), memory[low]),
                                           top["time"], top["restarts"])
     keep = floor <= above * (1 + PRUNE_RTOL)
+    if not keep.any():
+        return None
     return enumerate_candidates(values, memory, rows[keep], low, row_hi[keep], deadline,
                                 planning, server=server[keep], above=above)
 
 
-def _undominated(servers: tuple[ParameterServer, ...]) -> list[int]:
+def undominated(servers: tuple[ParameterServer, ...]) -> list[int]:
     """The servers no other one beats: one with at least the bandwidth k·B_p, at most the
     message cost k·c_msg and at most the price k·p gives every plan a time and a cost no
     larger, so it is skipped when that one is also cheaper per hour or wins the tie rule

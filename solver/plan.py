@@ -128,12 +128,8 @@ class Plan(PlanFigures):
 
     @property
     def ps(self) -> dict[str, Any] | None:
-        """The parameter server's type and shard count, when it is a catalogue's type or more
-        than one machine (None: the one machine `parameter_server:` gave)."""
-        server = self.solved_from.parameter_server
-        if server.type is None and server.shards == 1:
-            return None
-        return {"type": server.type, "shards": server.shards}
+        """The parameter server's type and shard count (`ParameterServer.choice`)."""
+        return self.solved_from.parameter_server.choice
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping: `status` first, every field (`fit_coverage` only when there

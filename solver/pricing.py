@@ -137,8 +137,8 @@ def enumerate_least(catalogue: Catalogue, query: Index, row: Index, within: Arra
 
 @dataclass(frozen=True)
 class Offer:
-    """Columns the pricing found, as parallel arrays (task, start, its row, n, m, T, c), each
-    with its priced cost."""
+    """Columns the pricing found, as parallel arrays (task, start, its row, n, m, T, c, the
+    kind the plan is of), each with its priced cost."""
 
     task: Index
     start_s: Array
@@ -148,6 +148,7 @@ class Offer:
     time_s: Array
     cost_usd: Array
     priced: Array
+    kind: Index
 
     def __len__(self) -> int:
         return len(self.task)
@@ -157,7 +158,7 @@ class Offer:
 
 
 _OFFER_FIELDS = ("task", "start_s", "row", "functions", "memory_mb", "time_s", "cost_usd",
-                 "priced")
+                 "priced", "kind")
 
 
 @dataclass(frozen=True)
@@ -362,7 +363,7 @@ def _exact(starts: Starts, pair: Index, n: Index, m: Index, t: Array, c: Array,
     row = starts.row[pair]
     stop = np.searchsorted(times, start + t, side="left")
     priced = c + n * (prefix[stop] - prefix[row])
-    return Offer(starts.task[pair], start, row, n, m, t, c, priced)
+    return Offer(starts.task[pair], start, row, n, m, t, c, priced, starts.kind[pair])
 
 
 def _cheapest_per_footprint(offer: Offer, times: Array) -> Offer:

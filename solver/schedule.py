@@ -56,6 +56,7 @@ class ScheduledJob:
     cost_usd: float
     met: bool
     late_s: float
+    ps: dict[str, Any] | None = None  # the parameter server chosen (`ParameterServer.choice`)
 
     @property
     def due_s(self) -> float:
@@ -107,5 +108,13 @@ class Schedule:
             item.name: getattr(self, item.name) for item in fields(self) if item.name != "jobs"
         }
         out["missed"] = [job.index for job in self.missed]
-        out["jobs"] = [{**asdict(job), "due_s": job.due_s} for job in self.jobs]
+        out["jobs"] = [_job(job) for job in self.jobs]
         return out
+
+
+def _job(job: ScheduledJob) -> dict[str, Any]:
+    """A job as JSON: every field and its `due_s`; `ps` only when the job chose a server."""
+    out = {**asdict(job), "due_s": job.due_s}
+    if job.ps is None:
+        del out["ps"]
+    return out

@@ -1,8 +1,8 @@
 """The instances and platforms shipped inside the package, found through `importlib.resources`.
 
 They are package data of `lambdadnn` (`instances/*.yaml`, `instances/platforms/*.yaml`,
-`instances/worlds/*.yaml`, `instances/servers/*.yaml`), so they are found the same way from a checkout, an editable
-install and a wheel.
+`instances/worlds/*.yaml`, `instances/servers/*.yaml`), so they are found the same way from a
+checkout, an editable install and a wheel.
 """
 
 from __future__ import annotations

@@ -72,12 +72,13 @@ MISS_RTOL = 1e-9
 
 @dataclass(frozen=True)
 class Answer:
-    """The chosen column of each task (functions −1 and NaN for a missed one), kept apart from
-    how it was found: the objective, the bound L over every plan on the grid, whether a miss
+    """The chosen column of each task (functions and kind −1, NaN for a missed one), kept apart
+    from how it was found: the objective, the bound L over every plan on the grid, whether a miss
     is proven, HiGHS's last status (`not_run`: no HiGHS was needed) and the model's size."""
 
     functions: Index
     memory_mb: Index
+    kind: Index
     start_s: Array
     time_s: Array
     cost_usd: Array
@@ -145,10 +146,7 @@ def solve_timetable(
 
     progress(PHASES[1])
     moments = grid(tasks, slot=slot, concurrency=concurrency, reserved=reserved)
-    kind = np.array([task.kind for task in tasks], dtype=np.int64)
-    due = np.array([task.due_s for task in tasks])
-    pairs = Starts(moments.task, kind[moments.task], moments.start_s, moments.row,
-                   due[moments.task])
+    pairs = _starts(tasks, moments)
     penalty = penalties(tasks)
     zero = np.zeros(len(moments.times))
     first = price(pairs, catalogues, moments.times, zero, moments.free, penalty)
@@ -224,10 +222,25 @@ def _better(chosen: Index, best: float, master: Master, tasks: Sequence[Task], f
     return (guided, found) if found < best else (chosen, best)
 
 
+def _starts(tasks: Sequence[Task], moments: Grid) -> Starts:
+    """Every (job, start) pair of the grid once per kind of the job."""
+    count = np.array([len(task.kinds) for task in tasks], dtype=np.int64)
+    offset = np.concatenate(([0], np.cumsum(count)))
+    every = np.array([kind for task in tasks for kind in task.kinds], dtype=np.int64)
+    times = count[moments.task]
+    pair = np.repeat(np.arange(len(moments.task)), times)
+    rank = np.arange(len(pair)) - np.repeat(np.cumsum(times) - times, times)
+    task = moments.task[pair]
+    due = np.array([t.due_s for t in tasks])
+    return Starts(task, every[offset[task] + rank], moments.start_s[pair], moments.row[pair],
+                  due[task])
+
+
 def _columns(moments: Grid, offer: Offer, which: Index | None = None) -> Columns:
     pick = slice(None) if which is None else which
-    return moments.columns(offer.task[pick], offer.functions[pick], offer.memory_mb[pick],
-                           offer.start_s[pick], offer.time_s[pick], offer.cost_usd[pick])
+    return moments.columns(offer.task[pick], offer.kind[pick], offer.functions[pick],
+                           offer.memory_mb[pick], offer.start_s[pick], offer.time_s[pick],
+                           offer.cost_usd[pick])
 
 
 def _answer(chosen: Index, cols: Columns, penalty: Array, best: float, bound: float,
@@ -237,9 +250,12 @@ def _answer(chosen: Index, cols: Columns, penalty: Array, best: float, bound: fl
     pick = chosen[taken]
     functions = np.full(len(chosen), -1, dtype=np.int64)
     memory = np.full(len(chosen), -1, dtype=np.int64)
+    kind = np.full(len(chosen), -1, dtype=np.int64)
     start, seconds, cost = (np.full(len(chosen), math.nan) for _ in range(3))
     functions[taken], memory[taken] = cols.functions[pick], cols.memory_mb[pick]
+    kind[taken] = cols.kind[pick]
     start[taken], seconds[taken], cost[taken] = (cols.start_s[pick], cols.time_s[pick],
                                                  cols.cost_usd[pick])
-    return Answer(functions, memory, start, seconds, cost, penalty, best, bound, miss_proven,
-                  status, len(cols), len(moments.times), rounds, time.perf_counter() - started)
+    return Answer(functions, memory, kind, start, seconds, cost, penalty, best, bound,
+                  miss_proven, status, len(cols), len(moments.times), rounds,
+                  time.perf_counter() - started)

@@ -12,25 +12,38 @@ imports nothing from `lambdadnn` (tests/test_oracle.py checks), so a wrong loade
 ignored, a wrong derivation, a wrong lambdification or an unsound bound all show up as a
 disagreement.
 
+The parameter server is read in both of its forms: one machine given by its figures (with
+optional `shards` k_ps and `message_s` c_msg, 1 and 0 by default), or a catalogue of types
+(inline, or a shipped `instances/servers/NAME.yaml`) from which the solver chooses a type and
+a shard count. Each such choice is one `Server` (a `Problem` with its k_ps, c_msg, B_p and p_ps);
+`brute_force` scans every (n, m) of every choice.
+
 Input is trusted: callers hand it instances the loader accepts (the loader's own tests judge
 refusals).
 
 Conventions (straight from docs/MODEL.md, "Equations" and "What counts as a plan"):
 
-* `k` is real (never rounded); restarts `r = max(0, ceil(T_train / L) - 1)` are whole numbers.
+* `k` (the iterations) is real (never rounded); restarts `r = max(0, ceil(T_train / L) - 1)`
+  are whole numbers.
 * validity is `R > 0`, `B_f^s > 0` and `b_l >= 1`; feasibility adds `T <= T_o`,
   `n <= max_functions`, `m >= min_memory_mb` and `n * m / 1769 <= max_vcpu` (exactly).
 * all comparisons are exact float comparisons: a plan whose time equals the deadline is
   feasible. Plans within one rounding error of a threshold (deadline, a multiple of `L`)
   may legitimately be classified differently by an implementation that orders its float
   operations differently; tests comparing against this oracle should allow for that.
+* k_ps shards of one PS type, each holding 1/k_ps of the parameters behind its own NIC:
+  per direction a function moves d_m at min(B_fmax, k_ps·B_p/n) and pays λ + k_ps·c_msg;
+  the PS costs k_ps·p_ps per hour. Among several servers the cheapest optimum wins (ties
+  within `COST_TIE`: the faster, then fewer shards, then the catalogue's order); with none
+  feasible, the fastest of their fastest plans (exact time ties: the cheaper, then fewer
+  shards, then the order).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -53,6 +66,10 @@ CHUNK_ROWS = 64
 
 #: The repository's shipped platforms, where a platform named in an instance is found last.
 PLATFORMS = Path(__file__).resolve().parent.parent / "instances" / "platforms"
+#: The repository's shipped parameter-server catalogues, where `catalogue: NAME` is found.
+SERVERS = Path(__file__).resolve().parent.parent / "instances" / "servers"
+#: Shard counts a catalogue's types are tried at when `max_shards` is not given (MODEL.md).
+DEFAULT_MAX_SHARDS = 8
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,9 @@ class Problem:
     # platform.max_vcpu: every function gets m / 1,769 vCPU (as on Lambda), and together they
     # may use at most this many (None: no limit). Exact: see `vcpu_budget_mb`.
     max_vcpu: float | None = None
+    # Sharded parameter servers: k machines (each B_p and p_ps above), c_msg per message.
+    shards: int = 1  # parameter_server.shards, or the shard count of a catalogue choice
+    message_s: float = 0.0  # parameter_server.message_s, or the catalogue type's
 
     def vcpu_budget_mb(self) -> int | None:
         """The largest whole n·m with n·m / 1769 ≤ max_vcpu, in exact rational arithmetic
@@ -124,23 +144,95 @@ def _platform(value: Any, beside: Path | None) -> Mapping[str, Any]:
     raise FileNotFoundError(f"no platform {value!r} beside {beside} or in {PLATFORMS}")
 
 
+@dataclass(frozen=True)
+class Server:
+    """One parameter server the instance allows: a catalogue type (None: given by its figures,
+    whatever label `type` gives it) at a shard count, and the instance's numbers on it."""
+
+    type: str | None
+    shards: int
+    problem: Problem
+
+
+def _raw(source: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], Path | None]:
+    """The instance mapping, and the folder of its file (None for a mapping)."""
+    if isinstance(source, (str, Path)):
+        raw = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+        assert isinstance(raw, Mapping), source
+        return raw, Path(source).resolve().parent
+    return source, None
+
+
+def _server_figures(ps: Mapping[str, Any]) -> list[tuple[str | None, int, float, float, float]]:
+    """(type, k, B_p, p_ps, c_msg) of every server `ps` allows, in the catalogue's order, each
+    type at every allowed shard count; the old form gives exactly one (type: its label)."""
+    if "catalogue" not in ps:
+        label = ps.get("type")
+        return [(None if label is None else str(label), int(ps.get("shards") or 1),
+                 float(ps["bandwidth_mbps"]), float(ps["price_per_hour"]),
+                 float(ps.get("message_s") or 0.0))]
+    catalogue = ps["catalogue"]
+    if isinstance(catalogue, str):  # shipped only: a file never points at another file
+        catalogue = yaml.safe_load((SERVERS / f"{catalogue}.yaml").read_text(encoding="utf-8"))
+    assert isinstance(catalogue, Mapping), ps
+    types: Mapping[str, Mapping[str, Any]] = catalogue["types"]
+    if ps.get("type") is not None:
+        allowed = {str(ps["type"])}
+    elif ps.get("types") is not None:
+        allowed = {str(name) for name in ps["types"]}
+    else:
+        allowed = set(types)
+    if ps.get("shards") is not None:
+        counts = [int(ps["shards"])]
+    else:
+        top = ps.get("max_shards")
+        counts = list(range(1, (DEFAULT_MAX_SHARDS if top is None else int(top)) + 1))
+    return [
+        (str(name), k, float(entry["bandwidth_mbps"]), float(entry["price_per_hour"]),
+         float(entry.get("message_s") or 0.0))
+        for name, entry in types.items() if str(name) in allowed for k in counts
+    ]
+
+
+def servers(
+    source: Source, *, platform: str | Mapping[str, Any] | None = None,
+    deadline_s: float | None = None,
+) -> list[Server]:
+    """Every parameter server of an instance YAML path or mapping (catalogue order, each type
+    at each allowed shard count), each with the instance's `Problem` on it; the platform and
+    deadline optionally replaced as `solve(platform=, deadline_s=)` does. A `Problem` is one
+    server (type unknown: None)."""
+    if isinstance(source, Problem):
+        return [Server(None, source.shards, read(source, deadline_s=deadline_s))]
+    raw, beside = _raw(source)
+    base = _problem(raw, beside, platform=platform, deadline_s=deadline_s)
+    return [
+        Server(name, k, dataclasses.replace(base, b_p=b_p, p_ps=p_ps, shards=k, message_s=c))
+        for name, k, b_p, p_ps, c in _server_figures(raw["parameter_server"])
+    ]
+
+
 def read(
     source: Source, *, platform: str | Mapping[str, Any] | None = None,
     deadline_s: float | None = None,
 ) -> Problem:
     """The `Problem` of an instance YAML path or mapping (or a `Problem`, returned as is), with
-    the platform and the deadline optionally replaced, as `solve(platform=, deadline_s=)` does."""
+    the platform and the deadline optionally replaced, as `solve(platform=, deadline_s=)` does.
+    With a catalogue of several servers, the first (as the loader's `parameter_server`):
+    `servers` gives them all."""
     if isinstance(source, Problem):
         if platform is not None:
             raise ValueError("a Problem's platform cannot be replaced; pass the YAML or mapping")
         return source if deadline_s is None else dataclasses.replace(source, deadline_s=deadline_s)
-    beside: Path | None = None
-    if isinstance(source, (str, Path)):
-        beside = Path(source).resolve().parent
-        raw = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
-    else:
-        raw = source
-    assert isinstance(raw, Mapping), source
+    return servers(source, platform=platform, deadline_s=deadline_s)[0].problem
+
+
+def _problem(
+    raw: Mapping[str, Any], beside: Path | None, *, platform: str | Mapping[str, Any] | None,
+    deadline_s: float | None,
+) -> Problem:
+    """The instance's numbers, the parameter server's taken from `function_bandwidth_mbps`
+    only (B_p, p_ps, k and c_msg are the caller's to fill in per server)."""
     pf = _platform(raw["platform"] if platform is None else platform, beside)
     w, rate, storage = raw["workload"], raw["profile"]["rate"], raw["profile"]["storage_bandwidth"]
     ps, grid_mb = raw["parameter_server"], pf["memory_mb"]
@@ -155,8 +247,7 @@ def read(
         m_sat=math.inf if saturation is None else float(saturation),
         alpha2=float(storage["slope"]), beta2=float(storage["intercept"]),
         b_s=float(storage["max_mbps"]),
-        b_p=float(ps["bandwidth_mbps"]), b_fmax=float(ps["function_bandwidth_mbps"]),
-        p_ps=float(ps["price_per_hour"]),
+        b_p=math.nan, b_fmax=float(ps["function_bandwidth_mbps"]), p_ps=math.nan,
         p_gbs=float(pf["price_per_gb_second"]), p_req=float(pf["price_per_request"]),
         timeout_s=float(pf["timeout_s"]), timeout_margin_s=float(pf["timeout_margin_s"]),
         restart_overhead_s=float(pf["restart_overhead_s"]),
@@ -188,6 +279,10 @@ class OracleAnswer:
     memory_mb: int | None
     time_s: float | None
     cost_usd: float | None
+    # The server the plan runs on: its catalogue type (None: given by its figures) and shard
+    # count; both None with status 'none'.
+    ps_type: str | None = None
+    shards: int | None = None
 
 
 def _evaluate(p: Problem, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]:
@@ -206,10 +301,11 @@ def _evaluate(p: Problem, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]
         iterations = p.n_t * p.e / global_batch
         rate = p.alpha1 * np.minimum(m, p.m_sat) + p.beta1
         storage_bw = np.minimum(p.alpha2 * m + p.beta2, p.b_s)
-        ps_bw = np.minimum(p.b_fmax, p.b_p / n)
+        ps_bw = np.minimum(p.b_fmax, p.shards * p.b_p / n)  # k_ps shards' NICs, one link
         t_load = p.d_t / (n * storage_bw)
         t_comp = local_batch / rate
-        t_comm = 2.0 * (p.d_m / ps_bw + p.latency_s)  # a push and a pull
+        # A push and a pull, each paying λ and one message to each of the k_ps shards.
+        t_comm = 2.0 * (p.d_m / ps_bw + p.latency_s + p.shards * p.message_s)
         time_train = t_load + iterations * (t_comp + t_comm)
         restarts = np.maximum(0.0, np.ceil(time_train / usable) - 1.0)
         per_round = p.startup_base_s + p.startup_per_function_s * n
@@ -217,7 +313,7 @@ def _evaluate(p: Problem, n: FloatArray, m: FloatArray) -> dict[str, np.ndarray]
         startup = np.where(per_round > 0, (restarts + 1.0) * per_round, 0.0)
         time = time_train + restarts * p.restart_overhead_s + startup
         cost = (
-            time * (n * (m / 1024.0) * p.p_gbs + p.p_ps / 3600.0)
+            time * (n * (m / 1024.0) * p.p_gbs + p.shards * p.p_ps / 3600.0)
             + n * (restarts + 1.0) * p.p_req
         )
         valid = (rate > 0) & (storage_bw > 0) & (local_batch >= 1)
@@ -268,7 +364,8 @@ def grid(
 ) -> dict[str, np.ndarray]:
     """The model evaluated on the full grid, or on the given `functions` and `memory_mb`.
 
-    `source`, `platform` and `deadline_s` are as for `read`. By default `functions` is the
+    `source`, `platform` and `deadline_s` are as for `read` (a catalogue's first server; pass
+    a `Server`'s `problem` for another). By default `functions` is the
     column n = 1..max_functions and `memory_mb` the row
     of the platform's memory grid, so 2-D results have shape (max_functions, grid size); given
     arrays are used as they are and broadcast by numpy's rules (pass a column and a row for a
@@ -316,11 +413,30 @@ def _first_min(
     return int(row), int(col)
 
 
+@dataclass(frozen=True)
+class Search:
+    """The brute force over every server: the answer, each server's own answer (in the
+    catalogue's order) and the servers tied with the answer's — within `COST_TIE` of its cost
+    when 'optimal', exactly as fast when 'infeasible' — as (type, shards) pairs."""
+
+    answer: OracleAnswer
+    per_server: tuple[tuple[Server, OracleAnswer], ...]
+    tied: frozenset[tuple[str | None, int]]
+
+    def on(self, ps_type: str | None, shards: int) -> tuple[Server, OracleAnswer]:
+        """The server of that type and shard count, and the answer on it alone."""
+        for server, answer in self.per_server:
+            if (server.type, server.shards) == (ps_type, shards):
+                return server, answer
+        raise KeyError((ps_type, shards))
+
+
 def brute_force(
     source: Source, *, chunk_rows: int = CHUNK_ROWS,
     platform: str | Mapping[str, Any] | None = None, deadline_s: float | None = None,
 ) -> OracleAnswer:
-    """The exact optimum (or fastest valid plan) by scanning every (n, m) of the grid.
+    """The exact optimum (or fastest valid plan) by scanning every (n, m) of the grid, on
+    every parameter server the instance allows (`search`).
 
     Two passes over chunks of `chunk_rows` values of n keep memory bounded for the
     1,000 x 10,113 grid: the first finds the least feasible cost (and least time of the
@@ -331,9 +447,90 @@ def brute_force(
     The second pass recomputes the same floats, so both passes agree bit for bit.
     `source`, `platform` and `deadline_s` are as for `read`.
     """
+    return search(source, chunk_rows=chunk_rows, platform=platform, deadline_s=deadline_s).answer
+
+
+def search(
+    source: Source | Sequence[Server], *, chunk_rows: int = CHUNK_ROWS,
+    platform: str | Mapping[str, Any] | None = None, deadline_s: float | None = None,
+    exhaustive: bool = False,
+) -> Search:
+    """`brute_force` on each server of `source` (`servers`; or the given servers, `deadline_s`
+    replacing theirs), and the choice among them: the cheapest 'optimal' answer (ties within
+    `COST_TIE`: the faster, then fewer shards, then the catalogue's order); with none, the
+    fastest 'infeasible' one (exact ties: the cheaper, then fewer shards, then the order);
+    with no valid plan anywhere, 'none'.
+
+    Unless `exhaustive`, servers another one dominates (`dominated`) are not scanned: the
+    answer is the same, but `per_server` and `tied` leave them out. A full grid costs about a
+    second per server, and a shipped catalogue has forty.
+    """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
-    p = read(source, platform=platform, deadline_s=deadline_s)
+    if isinstance(source, Sequence) and not isinstance(source, str):
+        if platform is not None:
+            raise ValueError("given servers' platform cannot be replaced")
+        chosen = [server if deadline_s is None else Server(
+            server.type, server.shards, dataclasses.replace(server.problem, deadline_s=deadline_s))
+            for server in source]
+    else:
+        chosen = servers(source, platform=platform, deadline_s=deadline_s)
+    if not exhaustive:
+        chosen = [server for i, server in enumerate(chosen) if not dominated(chosen, i)]
+    per_server = tuple(
+        (server, dataclasses.replace(
+            _scan(server.problem, chunk_rows), ps_type=server.type, shards=server.shards))
+        for server in chosen
+    )
+    optimal = [(i, a) for i, (_, a) in enumerate(per_server) if a.status == "optimal"]
+    fallback = [(i, a) for i, (_, a) in enumerate(per_server) if a.status == "infeasible"]
+    if optimal:
+        c_min = min(_number(a.cost_usd) for _, a in optimal)
+        tied = [(i, a) for i, a in optimal if _number(a.cost_usd) <= c_min * (1.0 + COST_TIE)]
+        _, best = min(tied, key=lambda pair: (_number(pair[1].time_s), pair[1].shards, pair[0]))
+    elif fallback:
+        t_min = min(_number(a.time_s) for _, a in fallback)
+        tied = [(i, a) for i, a in fallback if a.time_s == t_min]
+        _, best = min(tied, key=lambda pair: (_number(pair[1].cost_usd), pair[1].shards, pair[0]))
+    else:
+        return Search(OracleAnswer("none", None, None, None, None), per_server, frozenset())
+    return Search(best, per_server, frozenset((a.ps_type, a.shards or 1) for _, a in tied))
+
+
+def dominated(chosen: Sequence[Server], i: int) -> bool:
+    """Whether another server has at least the k_ps·B_p of `chosen[i]`, at most its k_ps·c_msg
+    and at most its k_ps·p_ps, and is better in one of them or ahead in the tie order (fewer
+    shards, then earlier).
+
+    The model sees a server only through those three products, and every plan's time and
+    cost is monotone in each (in floats too: every operation rounds monotonically), so on
+    such a server each plan is as fast and as cheap: its optimum is as cheap and (among the
+    plans within `COST_TIE` of it) as fast, its fastest plan as fast and, among those as
+    fast, as cheap. Dropping `chosen[i]` changes neither the status nor the time of the
+    answer, nor its cost beyond `COST_TIE` (only a server tied with a better one may be
+    named instead of it). The relation has no cycles, so one of equal servers stays."""
+
+    def figures(server: Server) -> tuple[float, float, float]:
+        p = server.problem
+        return p.shards * p.b_p, -(p.shards * p.message_s), -(p.shards * p.p_ps)
+
+    mine = figures(chosen[i])
+    for j, other in enumerate(chosen):
+        theirs = figures(other)
+        if j != i and all(a >= b for a, b in zip(theirs, mine, strict=True)) and (
+                theirs != mine or (other.shards, j) < (chosen[i].shards, i)):
+            return True
+    return False
+
+
+def _number(value: float | None) -> float:
+    """A figure of an answer that has a plan (NaN sorts last, like the single-server rule)."""
+    assert value is not None
+    return math.inf if math.isnan(value) else value
+
+
+def _scan(p: Problem, chunk_rows: int) -> OracleAnswer:
+    """`brute_force` on one server: the whole grid of `p`, in chunks of `chunk_rows` rows."""
     n_all = _default_functions(p)
     m_row = p.memory()[np.newaxis, :]
     starts = list(range(0, n_all.shape[0], chunk_rows))
@@ -409,8 +606,15 @@ def around_deadline(source: Source) -> list[OracleAnswer]:
     """The answers at the deadline and at the deadline moved by `DEADLINE_NUDGE` relative,
     down then up. When they agree, no plan lies within rounding of the deadline and any
     implementation must give that answer; when they do not, it may give any of them."""
-    problem = read(source)
+    return [found.answer for found in searches_around_deadline(source)]
+
+
+def searches_around_deadline(source: Source, *, exhaustive: bool = False) -> list[Search]:
+    """`search` at the deadline and at the deadline moved by `DEADLINE_NUDGE` relative, down
+    then up (see `around_deadline`), over the servers of `source`."""
+    chosen = servers(source)
+    deadline = chosen[0].problem.deadline_s
     return [
-        brute_force(problem, deadline_s=problem.deadline_s * factor)
+        search(chosen, deadline_s=deadline * factor, exhaustive=exhaustive)
         for factor in (1.0, 1.0 - DEADLINE_NUDGE, 1.0 + DEADLINE_NUDGE)
     ]

@@ -88,7 +88,8 @@ class Cpu:
 
 @dataclass(frozen=True)
 class Ps:
-    """The parameter server's NIC as a queue of pushes and pulls."""
+    """The parameter server's NIC as a queue of pushes and pulls (each shard's NIC, when the
+    job's PS has several: `JobSpec.ps_shards`)."""
 
     nic_mbps: float = field(metadata=_number(0, 1e9, open_low=True))
     per_message_ms: float = field(default=0.0, metadata=_number(0, 1e6))

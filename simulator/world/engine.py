@@ -280,7 +280,7 @@ class Session:
         if not (rate > 0 and storage > 0 and global_batch / n >= 1 - _ITERATION_SLACK):
             return None
         compute = global_batch / n / rate
-        link = min(job.function_bandwidth_mbps, job.ps_bandwidth_mbps / n)
+        link = min(job.function_bandwidth_mbps, job.ps_shards * job.ps_bandwidth_mbps / n)
         index = np.arange(n, dtype=np.float64)
         ramp = world.platform_ramp
         offsets = np.zeros(n) if ramp is None else _RAMP_STEP_S * np.where(
@@ -298,7 +298,7 @@ class Session:
         return _Plan(
             functions=n, memory_mb=m, global_batch=global_batch, compute_s=compute,
             load_mb=job.dataset_mb / n, storage_mbps=storage,
-            nominal_s=compute + 2 * (job.model_mb / link + job.latency_s), offsets=offsets,
+            nominal_s=compute + 2 * (job.model_mb / link + _wait_s(job)), offsets=offsets,
             cold_s=cold_s, startup_s=startup_s,
         )
 
@@ -765,18 +765,24 @@ class Session:
     def _exchange(self, compute: FloatArray, factors: FloatArray) -> FloatArray:
         """Iteration durations at bandwidth `factors` (one per iteration): computes, pushes to
         the PS, the barrier, pulls (docs/WORLD.md: equal shares of B_p without `ps`, the PS
-        NIC's queue with it)."""
+        NIC's queue with it).
+
+        With k shards every worker sends a flow of d_m/k to each shard at once, its own link
+        split evenly among them (B_f/k a flow); each shard's NIC serves the n flows to it by
+        the one-NIC rule. Every shard sees the same arrivals and sizes, so one shard's timing
+        is every shard's, and the exchange ends when that shard's does."""
         plan, job, ps = self._plan, self.job, self.world.ps
         assert plan is not None
-        n, size = plan.functions, job.model_mb
+        n, k = plan.functions, job.ps_shards
         if ps is None:
-            link = min(job.function_bandwidth_mbps, job.ps_bandwidth_mbps / n)
-            one_way = size / (link * factors) + job.latency_s
+            link = min(job.function_bandwidth_mbps, k * job.ps_bandwidth_mbps / n)
+            one_way = job.model_mb / (link * factors) + _wait_s(job)
             out: FloatArray = compute.max(axis=1) + 2 * one_way
             return out
+        size, cap = job.model_mb / k, job.function_bandwidth_mbps / k  # one flow, one shard
         nic = ps.nic_mbps * factors
         delay = ps.per_message_ms / 1000
-        own_link = size / job.function_bandwidth_mbps
+        own_link = size / cap
         if ps.service == "fifo":
             service = delay + size / nic
             pull = np.maximum(n * service, own_link)
@@ -788,13 +794,11 @@ class Session:
                 barrier = np.maximum(queue, arrivals[:, -1] + own_link)
             fifo: FloatArray = barrier + pull
             return fifo
-        pull = delay + size / np.minimum(job.function_bandwidth_mbps, nic / n)
+        pull = delay + size / np.minimum(cap, nic / n)
         if compute.shape[1] == 1:  # all pushes arrive together: equal shares
             fair: FloatArray = compute[:, 0] + 2 * pull
             return fair
-        barrier = _processor_sharing(
-            np.sort(compute, axis=1) + delay, size, job.function_bandwidth_mbps, nic
-        )
+        barrier = _processor_sharing(np.sort(compute, axis=1) + delay, size, cap, nic)
         shared: FloatArray = barrier + pull
         return shared
 
@@ -855,7 +859,7 @@ class Session:
         """Dollars by job time `at`: GB-seconds, the PS's hours, one request per invocation."""
         job = self.job
         return (
-            self._billed_gb_s(at) * job.price_per_gb_second + job.ps_price_per_hour * at / 3600
+            self._billed_gb_s(at) * job.price_per_gb_second + job.ps_usd_per_hour * at / 3600
             + self._invocations * job.price_per_request
         )
 
@@ -866,7 +870,7 @@ class Session:
         assert plan is not None
         per_s = (
             plan.functions * plan.memory_mb / 1024 * self.job.price_per_gb_second
-            + self.job.ps_price_per_hour / 3600
+            + self.job.ps_usd_per_hour / 3600
         )
         out: FloatArray = self._cost(now) + per_s * (ends - now)
         return out
@@ -906,7 +910,7 @@ class Session:
         time_s = setup_s + (float(ends[-1]) if ran == iterations else max_s)
         cost = (
             m / 1024 * float(np.sum(time_s - plan.offsets)) * self.job.price_per_gb_second
-            + self.job.ps_price_per_hour * time_s / 3600 + n * self.job.price_per_request
+            + self.job.ps_usd_per_hour * time_s / 3600 + n * self.job.price_per_request
         )
         measured = np.concatenate([[setup_s, min(load_s, max_s)], durations[:ran]])
         if world.measurement is not None and world.measurement.cv > 0:
@@ -958,6 +962,12 @@ def _processor_sharing(
         arrived += arrive
         departed += ~arrive
     return now
+
+
+def _wait_s(job: JobSpec) -> float:
+    """The wait of one push or pull besides its transfer, without `ps`: the profile's λ and
+    the instance's per-message cost once per shard (a message to each)."""
+    return job.latency_s + job.ps_shards * job.ps_message_s
 
 
 def _before(at: float) -> float:

@@ -13,8 +13,9 @@ _SIGNED = frozenset({"rate_slope", "rate_intercept", "storage_slope", "storage_i
 _UNBOUNDED = frozenset({"rate_saturates_at_mb", "storage_max_mbps"})
 _POSITIVE = frozenset({
     "samples", "epochs", "local_batch", "max_global_batch", "ps_bandwidth_mbps",
-    "function_bandwidth_mbps", "timeout_s",
+    "function_bandwidth_mbps", "timeout_s", "ps_shards",
 })
+MAX_SHARDS = 10**12  # as any whole number an instance states
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,16 @@ class JobSpec:
     latency_s: float  # profile.latency_s (0 if absent): each push and each pull
     startup_base_s: float  # profile.startup (0 if absent): per invocation round,
     startup_per_function_s: float  # base + per_function·n
-    ps_bandwidth_mbps: float  # parameter_server.bandwidth_mbps (B_p)
+    ps_bandwidth_mbps: float  # parameter_server.bandwidth_mbps (B_p): one shard's NIC
     function_bandwidth_mbps: float  # parameter_server.function_bandwidth_mbps (B_f)
-    ps_price_per_hour: float
+    ps_price_per_hour: float  # parameter_server.price_per_hour: one shard's
     price_per_gb_second: float
     price_per_request: float
     timeout_s: float
     timeout_margin_s: float  # an invocation may work L = timeout_s - timeout_margin_s
     restart_overhead_s: float  # loading a checkpoint in a new round
+    ps_shards: int = 1  # parameter_server.shards (k): PS machines, each its own NIC and price
+    ps_message_s: float = 0.0  # parameter_server.message_s: per message to a shard
 
     def __post_init__(self) -> None:
         """Refuse what no instance can state: the engine then never meets NaN or a negative
@@ -63,6 +66,12 @@ class JobSpec:
                     f"`job.{item.name}` must be {need}, got {shown(value)}: give the "
                     "instance's value"
                 )
+        shards = self.ps_shards
+        if not (shards <= MAX_SHARDS and float(shards).is_integer()):
+            raise WorldError(
+                f"`job.ps_shards` must be a whole number of PS machines in 1..{MAX_SHARDS:,}, "
+                f"got {shown(shards)}: give the instance's `parameter_server.shards`"
+            )
         if not self.timeout_s > self.timeout_margin_s:
             raise WorldError(
                 f"`job.timeout_margin_s` ({self.timeout_margin_s:g}) must be below "
@@ -73,6 +82,11 @@ class JobSpec:
     def total_samples(self) -> float:
         """Samples to train: samples × epochs."""
         return self.samples * self.epochs
+
+    @property
+    def ps_usd_per_hour(self) -> float:
+        """What the PS costs an hour: every shard's price."""
+        return self.ps_shards * self.ps_price_per_hour
 
     @property
     def usable_s(self) -> float:
