@@ -60,7 +60,8 @@ def rows_of(out: str) -> list[list[str]]:
 
 
 def test_a_roomy_pool_meets_every_deadline_and_exits_0(tmp_path: Path) -> None:
-    code, out, err = run(trace(tmp_path, ROWS), "--concurrency", "40")
+    code, out, err = run(trace(tmp_path, ROWS), "--concurrency", "40", "--time-limit-s",
+                         str(LIMIT_S))
     assert code == 0, err
     assert err == ""
     assert out.startswith("schedule: optimal — 4 of 4 jobs meet their deadline")
@@ -108,13 +109,13 @@ def test_a_job_that_cannot_fit_is_late_and_exits_infeasible(tmp_path: Path) -> N
 
 def test_plot_writes_a_png_and_json_stays_clean(tmp_path: Path) -> None:
     code, out, err = run(trace(tmp_path, [*ROWS, THIRD]), "--concurrency", "8", "--json",
-                         "--plot", str(tmp_path / "gantt"))
+                         "--plot", str(tmp_path / "gantt"), "--time-limit-s", str(LIMIT_S))
     png = tmp_path / "gantt.png"  # no suffix: .png added
     assert code == EXIT_INFEASIBLE, err
     json.loads(out)
     assert png.stat().st_size > 0 and png.read_bytes().startswith(b"\x89PNG")
     code, out, _ = run(trace(tmp_path, ROWS), "--concurrency", "40", "--plot",
-                       str(tmp_path / "roomy.svg"))
+                       str(tmp_path / "roomy.svg"), "--time-limit-s", str(LIMIT_S))
     assert code == 0
     assert f"plot written to {tmp_path / 'roomy.svg'}" in out
     assert (tmp_path / "roomy.svg").read_text().lstrip().startswith("<?xml")
