@@ -1142,6 +1142,7 @@ def _launch_text(report: LaunchReport) -> str:
         f"  final loss     {shown(report.final_loss, '.4f')}",
         f"  test accuracy  {shown(report.test_accuracy, '.2%')}",
         f"  runs on        {report.runs_on}",
+        *report.shard_lines(),
         *_rounds_lines(report.rounds),
     ])
 
@@ -1250,6 +1251,9 @@ def _ids(text: str | None) -> tuple[str, ...]:
               help="Local: continue JOB (named when a launch stops) from its last checkpoint, "
                    "which must be in --redis-url's Redis: the redis-server a launch starts "
                    "itself ends with it. A job's keys expire a day after its deadline.")
+@click.option("--shards", type=int, default=None, metavar="K",
+              help="Parameter-server shards to run (1 to 16) instead of the plan's "
+                   "`parameter_server.shards`; locally a redis-server each.")
 @click.option("--truth-file", "truth_file", metavar="WORLD.yaml",
               type=click.Path(dir_okay=False, path_type=Path),
               help="Rehearse: play the launch in this world of the independent engine "
@@ -1263,7 +1267,7 @@ def launch_command(
     role_arn: str | None, image_uri: str | None, stack: str | None, subnet_ids: str | None,
     security_group_ids: str | None, region: str, endpoint_url: str | None, dry_run: bool,
     print_policy: bool, oversubscribe: bool, force: bool, adaptive: bool, platform: str | None,
-    as_json: bool, resume: str | None, truth_file: Path | None,
+    as_json: bool, resume: str | None, shards: int | None, truth_file: Path | None,
 ) -> None:
     """Run a plan (PLAN.json from `solve --json`, or an instance YAML, solved first).
 
@@ -1295,6 +1299,7 @@ def launch_command(
             ("--backend aws", backend == "aws"), ("--dry-run", dry_run),
             ("--resume", resume is not None), ("--redis-url", redis_url is not None),
             ("--stack", stack is not None), ("--workload", workload is not None),
+            ("--shards", shards is not None),
         ) if given]
         if launching:
             raise InstanceError(f"`--truth-file` rehearses the launch in a world, where nothing "
@@ -1340,6 +1345,8 @@ def launch_command(
     from .launcher.spec import RunFailed
 
     spec = _plan_to_launch(source, platform, force)
+    if shards is not None:
+        spec = spec.with_shards(shards)
     profiled = spec.instance.fit if spec.instance is not None else None
     workload = resolve_workload(
         workload, recorded=None if profiled is None else profiled.workload,

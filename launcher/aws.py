@@ -12,12 +12,15 @@ which the tests deploy to a moto server, where nothing runs. Its architecture is
 `subnet_ids` and `security_group_ids` it runs in a VPC (`VpcConfig`), next to the Redis that
 `deploy/stack.yaml` starts (`launcher/stack.py`).
 
-A plan whose parameter server is k > 1 shards (`parameter_server.shards`) gets k EC2
-instances of its type (`parameter_server.type`) for the launch alone: `start_shards` runs them
-beside the channel's Redis (its subnet, security groups, image and password, `placement_of`),
-the function finds their URLs in `LAMBDADNN_REDIS_URLS` (comma-separated, in shard order) and
+A launch of k parameter-server shards (`LaunchSpec.shards`: the plan's, or `--shards`)
+runs shard 0 on the channel's Redis (the stack's, which the launcher follows) and, when k > 1,
+shards 1..k-1 on k − 1 EC2 instances of the plan's type (`parameter_server.type`) for the
+launch alone: `start_shards` runs them beside the channel's Redis (its subnet, security
+groups, image and password, `placement_of`), the function finds every shard's URL in
+`LAMBDADNN_REDIS_URLS` (comma-separated, in shard order, the channel's Redis first) and
 `stop_shards` terminates them when the launch ends, however it ends. With k = 1 the channel's
-Redis is the parameter server, as it always was.
+Redis is the parameter server, as it always was. Since shard 0 is the channel's Redis, a
+plan timed and priced for another type than that Redis's is refused before anything starts.
 
 The boto3 client is always passed in, never built at import time, so that tests can point it
 at a moto server, and `--dry-run` can hand over a `DryRunClient` that records every call
@@ -54,6 +57,7 @@ from ..solver.instance_yaml import platform_path, read_yaml
 from . import LaunchError
 from .adaptive import Planner
 from .backend import Channel, Observed
+from .channel import REDIS_URLS_ENV
 from .local import Interrupted
 from .orchestrator import (
     DEFAULTS,
@@ -72,16 +76,15 @@ __all__ = [
     "POLICY_ACTIONS", "REDIS_URLS_ENV", "REDIS_URL_ENV", "RUNTIME", "SHARD_POLICY_ACTIONS",
     "AwsBackend", "AwsInterrupted", "AwsLaunchError", "AwsLauncher", "AwsTarget", "Call",
     "DryRunClient", "Following", "Retry", "ShardBill", "ShardOptions", "ShardPlacement", "Shards",
-    "aws_client", "call_aws", "dry_run", "lambda_client", "package_worker", "placement_of",
-    "profile_capacity", "profile_runner", "required_policy", "run_aws", "run_aws_job",
-    "shard_count", "start_shards", "stop_shards",
+    "aws_client", "call_aws", "check_ps_type", "dry_run", "lambda_client", "package_worker",
+    "placement_of", "profile_capacity", "profile_runner", "redis_type_of", "required_policy",
+    "run_aws", "run_aws_job", "shard_count", "start_shards", "stop_shards",
 ]
 
 HANDLER = "lambdadnn.launcher.worker.handler"
 RUNTIME = "python3.11"
 FUNCTION_TIMEOUT_S = 900
 REDIS_URL_ENV = "LAMBDADNN_REDIS_URL"
-REDIS_URLS_ENV = "LAMBDADNN_REDIS_URLS"  # the PS shards' URLs, comma-separated, shard order
 JOB_ENV = "LAMBDADNN_JOB"
 LAUNCH_TAG = "lambdadnn:launch"  # on every PS shard: the launch that started it
 SHARD_PORT = 6379
@@ -120,7 +123,8 @@ POLICY_ACTIONS: dict[str, str] = {
     "Invoke": "lambda:InvokeFunction",
     "DeleteFunction": "lambda:DeleteFunction",
 }
-# The EC2 operations of a sharded launch (`start_shards`, `placement_of`, `stop_shards`).
+# The EC2 operations of a sharded launch (`start_shards`, `placement_of`, `stop_shards`); a
+# one-shard launch in a VPC makes DescribeInstances alone (`redis_type_of`).
 # CreateTags is RunInstances' own tagging (TagSpecifications), which IAM checks separately.
 SHARD_POLICY_ACTIONS: dict[str, str] = {
     "RunInstances": "ec2:RunInstances",
@@ -412,10 +416,12 @@ def _dry_instance(shard: int) -> dict[str, Any]:
 
 
 def _dry_answer(operation: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """EC2's answers in a dry run: the shards asked for, running at once at placeholder
-    addresses, beside a Redis of placeholder subnet, security group and image."""
+    """EC2's answers in a dry run: the shards asked for (1..k-1: shard 0 is the channel's
+    Redis), running at once at placeholder addresses, beside a Redis of placeholder subnet,
+    security group and image, and of no known type (so no type is refused)."""
     if operation == "RunInstances":
-        return {"Instances": [_dry_instance(shard) for shard in range(int(params["MinCount"]))]}
+        return {"Instances": [_dry_instance(shard)
+                              for shard in range(1, int(params["MinCount"]) + 1)]}
     if operation == "DescribeInstances" and "InstanceIds" in params:
         shards = [int(str(i).rsplit("-", 1)[1]) for i in params["InstanceIds"]]
         return {"Reservations": [{"Instances": [_dry_instance(shard) for shard in shards]}]}
@@ -534,7 +540,8 @@ def required_policy(target: AwsTarget | None = None) -> dict[str, Any]:
             "Resource": "*",
         })
     if target is None or target.subnet_ids:
-        # A plan of k > 1 PS shards starts them in the VPC for the launch, and ends them.
+        # A launch of k > 1 PS shards starts shards 1..k-1 in the VPC for the launch, and ends
+        # them; any launch there checks the plan's PS type against the channel's Redis's.
         statements.extend([
             {
                 "Sid": "LambdaDnnStartShards",
@@ -574,23 +581,23 @@ _PASSWORD = re.compile(r"[A-Za-z0-9]{1,128}", re.ASCII)  # goes into a shell scr
 _GONE = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
-def shard_count(ps: ParameterServer) -> int:
-    """How many PS shards a launch starts on EC2 for this parameter server: k when k > 1,
-    else 0 (one machine is the channel's Redis, as it always was). A count that is no whole
-    number of at least 1, or shards without a catalogue `type`, is refused before any call."""
-    shards = ps.shards
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+def _ps_of(spec: LaunchSpec) -> ParameterServer | None:
+    """The parameter server the plan was solved with (None: the plan carries no instance)."""
+    return None if spec.instance is None else spec.instance.parameter_server
+
+
+def shard_count(spec: LaunchSpec) -> int:
+    """The PS shards k a launch of `spec` runs: `spec.shards` (the plan's, or `--shards`',
+    checked when the spec was built), so that the workers, whose event says k, and the
+    launcher agree. Shard 0 is the channel's Redis; k > 1 starts k − 1 EC2 instances of the
+    plan's `parameter_server.type` for shards 1..k-1, refused before any call without one."""
+    shards = spec.shards
+    ps = _ps_of(spec)
+    if shards > 1 and (ps is None or not ps.type):
         raise AwsLaunchError(
-            f"the plan's `parameter_server.shards` is {brief(shards)}: a parameter server is a "
-            "whole number of at least 1 machines; solve the plan again"
-        )
-    if shards == 1:
-        return 0
-    if not ps.type:
-        raise AwsLaunchError(
-            f"the plan's parameter server is {shards} shards of no `type`: a launch starts "
-            "them as EC2 instances of a catalogue type; solve with `parameter_server: "
-            "{catalogue: ec2, type: ...}`"
+            f"the launch runs {shards} PS shards and the plan's parameter server has no "
+            f"`type`: shards 1..{shards - 1} start as EC2 instances of a catalogue type; solve "
+            "with `parameter_server: {catalogue: ec2, type: ...}`, or launch with `--shards 1`"
         )
     return shards
 
@@ -600,12 +607,14 @@ class ShardPlacement:
     """Where PS shards run, and the Redis password they require: the subnet, security groups
     and image of the channel's Redis (`placement_of`), so that whatever reaches it (the
     functions, through its security group) reaches them. `password` None: no password (and
-    Redis's protected mode off, which otherwise refuses every remote client)."""
+    Redis's protected mode off, which otherwise refuses every remote client).
+    `instance_type` is the channel's Redis's own type, shard 0's (None: unknown, unchecked)."""
 
     subnet_id: str
     security_group_ids: tuple[str, ...]
     image_id: str
     password: str | None = None
+    instance_type: str | None = None
 
     def __post_init__(self) -> None:
         if not (self.subnet_id and self.image_id and self.security_group_ids):
@@ -622,17 +631,14 @@ class ShardPlacement:
             )
 
 
-def placement_of(ec2: Any, redis_url: str, retry: Retry = Retry()) -> ShardPlacement:
-    """The placement of the running EC2 instance that serves `redis_url` (found by its
-    private address or DNS name), with the URL's password: PS shards start beside it."""
+def _redis_host(redis_url: str) -> str | None:
+    """The host of a redis:// URL (None: another scheme, or no host)."""
     parts = urlsplit(redis_url)
-    host = parts.hostname or ""
-    if parts.scheme != "redis" or not host:
-        shown = f"{parts.scheme}://{host or parts.path}"  # without the password
-        raise AwsLaunchError(
-            f"PS shards start beside the channel's Redis, and {brief(shown, 60)} is no "
-            "redis:// URL of a host (the shards speak no TLS): launch with `--stack NAME`"
-        )
+    return parts.hostname if parts.scheme == "redis" and parts.hostname else None
+
+
+def _redis_instance(ec2: Any, host: str, retry: Retry) -> dict[str, Any] | None:
+    """The running EC2 instance at `host` (its private address or DNS name), else None."""
     try:
         ipaddress.IPv4Address(host)
         by = "private-ip-address"
@@ -644,23 +650,64 @@ def placement_of(ec2: Any, redis_url: str, retry: Retry = Retry()) -> ShardPlace
         Filters=[{"Name": by, "Values": [host]},
                  {"Name": "instance-state-name", "Values": ["running"]}],
     )
-    instances = [instance for reservation in found.get("Reservations", [])
-                 for instance in reservation.get("Instances", [])]
-    if not instances:
+    instances = _instances(found)
+    return instances[0] if instances else None
+
+
+def _type_of(instance: Mapping[str, Any]) -> str | None:
+    return str(instance.get("InstanceType") or "") or None
+
+
+def placement_of(ec2: Any, redis_url: str, retry: Retry = Retry()) -> ShardPlacement:
+    """The placement of the running EC2 instance that serves `redis_url` (found by its
+    private address or DNS name), with the URL's password and the instance's own type
+    (shard 0's): PS shards start beside it."""
+    host = _redis_host(redis_url)
+    if host is None:
+        parts = urlsplit(redis_url)
+        shown = f"{parts.scheme}://{parts.hostname or parts.path}"  # without the password
+        raise AwsLaunchError(
+            f"PS shards start beside the channel's Redis, and {brief(shown, 60)} is no "
+            "redis:// URL of a host (the shards speak no TLS): launch with `--stack NAME`"
+        )
+    instance = _redis_instance(ec2, host, retry)
+    if instance is None:
         raise AwsLaunchError(
             f"the channel's Redis {host} is no running EC2 instance of this region, and PS "
             "shards start beside it (its subnet, security groups and image): launch with "
             "`--stack NAME`, whose Redis is one, or `--redis-url` of one"
         )
-    instance = instances[0]
-    password = None if parts.password is None else unquote(parts.password)
+    password = urlsplit(redis_url).password
     return ShardPlacement(
         subnet_id=str(instance.get("SubnetId") or ""),
         security_group_ids=tuple(str(group["GroupId"])
                                  for group in instance.get("SecurityGroups", [])),
         image_id=str(instance.get("ImageId") or ""),
-        password=password or None,
+        password=None if not password else unquote(password),
+        instance_type=_type_of(instance),
     )
+
+
+def redis_type_of(ec2: Any, redis_url: str, retry: Retry = Retry()) -> str | None:
+    """The EC2 instance type of the channel's Redis at `redis_url`, shard 0 of every launch;
+    None when that is no running EC2 instance of this region (a `rediss://` or other Redis
+    that `placement_of` refuses), so a one-shard launch beside such a Redis goes on."""
+    host = _redis_host(redis_url)
+    instance = None if host is None else _redis_instance(ec2, host, retry)
+    return None if instance is None else _type_of(instance)
+
+
+def check_ps_type(plan_type: str | None, redis_type: str | None) -> None:
+    """Refuse, in one line, a plan timed and priced for a parameter server of `plan_type`
+    that would run its shard 0 on the channel's Redis of another `redis_type` (either None:
+    nothing to compare)."""
+    if plan_type and redis_type and plan_type != redis_type:
+        raise AwsLaunchError(
+            f"the plan's parameter server is {plan_type}, but its shard 0 is the channel's "
+            f"Redis, a {redis_type}, so it would not run as timed and priced: deploy the stack "
+            f"with `PsInstanceType` = {plan_type}, or solve with `parameter_server: "
+            f"{{catalogue: ec2, type: {redis_type}}}`"
+        )
 
 
 def _user_data(password: str | None, lifetime_s: float | None) -> str:
@@ -687,8 +734,9 @@ def _shard_url(address: str, password: str | None) -> str:
 
 @dataclass(frozen=True)
 class Shards:
-    """PS shards that are running: their instances and Redis URLs in shard order, and when
-    `start_shards` returned (on the clock it was given), where their billed time starts."""
+    """PS shards that are running (a launch's 1..k-1, on EC2): their instances and Redis URLs
+    in shard order, and when `start_shards` returned (on the clock it was given), where their
+    billed time starts."""
 
     ids: tuple[str, ...]
     urls: tuple[str, ...]
@@ -850,8 +898,10 @@ def stop_shards(ec2: Any, ids: tuple[str, ...] | list[str], retry: Retry = Retry
 
 @dataclass(frozen=True)
 class ShardBill:
-    """What a launch's PS shards cost: `count` × `price_per_hour` for the `up_s` seconds from
-    `start_shards`' return to the `stop_shards` call, priced as the model prices the PS."""
+    """What a sharded launch's parameter server costs, priced as the model prices the PS:
+    all `count` (k) shards, shard 0 (the channel's Redis) included, at `price_per_hour` each,
+    for the run's `up_s` seconds, from `start_shards`' return (the EC2 shards 1..k-1 run)
+    to the `stop_shards` call."""
 
     count: int
     instance_type: str
@@ -864,16 +914,20 @@ class ShardBill:
             0, 0, price_per_gb_second=0.0, ps_price_per_hour=self.count * self.price_per_hour)
 
     def describe(self) -> str:
-        return (f"{self.count} PS shards {self.instance_type} up {self.up_s:.0f} s "
-                f"(${self.cost_usd:.4f})")
+        started = self.count - 1
+        return (f"PS {self.count} × {self.instance_type} (the channel's Redis and {started} "
+                f"EC2 instance{'s' if started != 1 else ''}) at ${self.price_per_hour:g}/h "
+                f"each for {self.up_s:.0f} s: ${self.cost_usd:.4f}")
 
 
 @dataclass(frozen=True)
 class ShardOptions:
-    """How a launch of a sharded plan reaches EC2: the `ec2` client, the shards' `placement`
-    (None: `placement_of` the channel's Redis), the wait for them (`deadline_s`, `poll_s`),
-    and `ready(url)`, whether a shard's Redis answers (None: running is enough, the workers
-    retry; the stack's security group admits the functions to 6379, not the launcher)."""
+    """How a launch reaches EC2: the `ec2` client, the shards' `placement` (None:
+    `placement_of` the channel's Redis; its `instance_type` is what the plan's type is
+    checked against), the wait for them (`deadline_s`, `poll_s`), and `ready(url)`, whether a
+    shard's Redis answers (None: running is enough, the workers retry; the stack's security
+    group admits the functions to 6379, not the launcher). Given to a one-shard launch, it
+    only checks the plan's type against the channel's Redis's (`check_ps_type`)."""
 
     ec2: Any
     placement: ShardPlacement | None = None
@@ -964,8 +1018,9 @@ class AwsLauncher:
         Memory and architecture are the spec's (checked within Lambda's range when it was
         built); `timeout_s` is the function's Timeout, the invocation limit. Reserved
         concurrency `n` guarantees the BSP barrier can be reached: all `n` ranks can run at
-        once, and no other function of the account can take their slots. `shard_urls`, the
-        PS shards' in shard order, go into the environment as `REDIS_URLS_ENV`.
+        once, and no other function of the account can take their slots. `shard_urls`, every
+        PS shard's in shard order (`redis_url` first: shard 0), go into the environment as
+        `REDIS_URLS_ENV`, where the workers of a sharded launch find them.
         """
         config = self._configuration(spec.memory_mb, redis_url, job, timeout_s, shard_urls)
         code = self._code()
@@ -1105,15 +1160,18 @@ class Following:
 class AwsBackend:
     """A plan's ranks as asynchronous invocations of one Lambda function (a `Backend`).
 
-    `setup` starts the plan's PS shards when it has k > 1 (`start_shards`, with the options
-    `shards`) and deploys the function (`AwsLauncher.deploy`), `reconfigure` resizes it
-    between the rounds of an adaptive launch, `stop` terminates the shards and deletes what
-    it created; `shard_bill` is then what the shards cost. `interrupt` raises a noted stop
-    signal: it is checked before each AWS call and after each pause. Lambda's Timeout is
-    whole seconds, so the function gets ⌈timeout_s⌉ and the workers a margin larger by the
-    difference: they stop where a limit of exactly `timeout_s` would stop them, which is what
-    the report's prediction assumes. A round in which nothing moved means the workers never
-    ran: that is an error, not a reason to retry.
+    `setup` checks the plan's PS type against the channel's Redis (shard 0) when `shards`
+    gives an EC2 client, starts shards 1..k-1 when the launch runs k > 1 (`start_shards`),
+    then has `channel` become `with_shards(their URLs)` (the launcher's channel over every
+    shard, whose clients its caller closes), and deploys the function (`AwsLauncher.deploy`)
+    with every shard's URL; `reconfigure` resizes it between the rounds of an adaptive launch,
+    `stop` terminates the shards and deletes what it created; `shard_bill` is then what the k
+    shards cost. `interrupt` raises a noted stop signal: it is checked before each AWS call
+    and after each pause. Lambda's Timeout is whole seconds, so the function gets
+    ⌈timeout_s⌉ and the workers a margin larger by the difference: they stop where a limit of
+    exactly `timeout_s` would stop them, which is what the report's prediction assumes. A
+    round in which nothing moved means the workers never ran: that is an error, not a reason
+    to retry.
     """
 
     name = "aws"
@@ -1123,6 +1181,7 @@ class AwsBackend:
         self, spec: LaunchSpec, client: Any, target: AwsTarget, *, redis_url: str, job: str,
         channel: Channel, timeout_s: float, following: Following = Following(),
         shards: ShardOptions | None = None, interrupt: Callable[[], None] = _nothing,
+        with_shards: Callable[[tuple[str, ...]], Channel] | None = None,
     ) -> None:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             0 < timeout_s <= FUNCTION_TIMEOUT_S
@@ -1132,17 +1191,18 @@ class AwsBackend:
                 f"(0, {FUNCTION_TIMEOUT_S}]"
             )
         _check_concurrency(spec)
-        self._shard_count = _sharded(spec)
-        if self._shard_count and shards is None:
+        self._shard_count = shard_count(spec)
+        if self._shard_count > 1 and shards is None:
             raise AwsLaunchError(
-                f"the plan's parameter server is {self._shard_count} shards, which the launch "
-                "starts on EC2, and no EC2 client was given (`ShardOptions`)"
+                f"the launch runs {self._shard_count} PS shards, of which it starts shards "
+                f"1..{self._shard_count - 1} on EC2, and no EC2 client was given "
+                "(`ShardOptions`)"
             )
-        if self._shard_count and not target.subnet_ids:
+        if self._shard_count > 1 and not target.subnet_ids:
             raise AwsLaunchError(
-                f"the plan's {self._shard_count} PS shards are reached at private addresses "
-                "in the channel's VPC: launch the function in it (`--stack NAME`, or "
-                "`--subnet-ids` and `--security-group-ids`)"
+                f"PS shards 1..{self._shard_count - 1} of the launch are reached at private "
+                "addresses in the channel's VPC: launch the function in it (`--stack NAME`, "
+                "or `--subnet-ids` and `--security-group-ids`)"
             )
         self.job, self.redis_url, self.channel = job, redis_url, channel
         self._spec, self._target, self._following = spec, target, following
@@ -1150,7 +1210,7 @@ class AwsBackend:
         self._interrupt = interrupt
         self._launcher = AwsLauncher(client, target, sleep=following.sleep,
                                      clock=following.clock.monotonic, interrupt=interrupt)
-        self._shard_options = shards
+        self._shard_options, self._with_shards = shards, with_shards
         self._retry = Retry(sleep=following.sleep, interrupt=interrupt)
         self.launch_id = f"{job}-{uuid.uuid4().hex[:12]}"
         self._shards: Shards | None = None
@@ -1171,22 +1231,33 @@ class AwsBackend:
         return self._shard_bill
 
     def setup(self) -> int:
-        options = self._shard_options
-        if self._shard_count and options is not None:
-            ps = self._spec.solved_from.parameter_server
-            assert ps.type is not None  # `shard_count` refused shards without one
-            placement = options.placement or placement_of(options.ec2, self.redis_url,
-                                                          self._retry)
-            self._shards = start_shards(
-                options.ec2, count=self._shard_count, instance_type=ps.type,
-                placement=placement, launch_id=self.launch_id,
-                name=self._target.function_name, retry=self._retry,
-                clock=self._following.clock.monotonic, deadline_s=options.deadline_s,
-                poll_s=options.poll_s, lifetime_s=self._spec.key_ttl_s, ready=options.ready,
-            )
+        options, ps = self._shard_options, _ps_of(self._spec)
+        urls: tuple[str, ...] = ()
+        if options is not None and ps is not None and ps.type:  # k > 1 has one: shard_count
+            placement = None
+            if self._shard_count > 1:
+                placement = options.placement or placement_of(options.ec2, self.redis_url,
+                                                              self._retry)
+                redis_type = placement.instance_type
+            elif options.placement is not None:
+                redis_type = options.placement.instance_type
+            else:
+                redis_type = redis_type_of(options.ec2, self.redis_url, self._retry)
+            check_ps_type(ps.type, redis_type)  # before anything starts
+            if placement is not None:
+                self._shards = start_shards(
+                    options.ec2, count=self._shard_count - 1, instance_type=ps.type,
+                    placement=placement, launch_id=self.launch_id,
+                    name=self._target.function_name, retry=self._retry,
+                    clock=self._following.clock.monotonic, deadline_s=options.deadline_s,
+                    poll_s=options.poll_s, lifetime_s=self._spec.key_ttl_s,
+                    ready=options.ready,
+                )
+                urls = (self.redis_url, *self._shards.urls)
+                if self._with_shards is not None:
+                    self.channel = self._with_shards(self._shards.urls)
         self._launcher.deploy(self._spec, self.redis_url, self.job,
-                              timeout_s=math.ceil(self._timeout_s),
-                              shard_urls=() if self._shards is None else self._shards.urls)
+                              timeout_s=math.ceil(self._timeout_s), shard_urls=urls)
         return 0
 
     def start(self, event: Mapping[str, Any]) -> None:
@@ -1251,7 +1322,7 @@ class AwsBackend:
         if shards is not None and options is not None:
             self._shards = None
             self._shard_bill = ShardBill(
-                len(shards.ids), shards.instance_type,
+                self._shard_count, shards.instance_type,
                 self._spec.solved_from.parameter_server.price_per_hour,
                 self._following.clock.monotonic() - shards.started_at)
             try:
@@ -1274,6 +1345,7 @@ def run_aws(
     channel: Channel, options: RunOptions = DEFAULTS, hooks: Hooks = SILENT,
     controller: Planner | None = None, following: Following = Following(),
     shards: ShardOptions | None = None,
+    with_shards: Callable[[tuple[str, ...]], Channel] | None = None,
 ) -> LaunchReport:
     """Run a plan on Lambda: (start its PS shards →) deploy → invoke all ranks → follow →
     clean up (always, on SIGINT, SIGTERM and SIGHUP too): the orchestrator
@@ -1285,13 +1357,16 @@ def run_aws(
     bill. A user's factory module must be in the deployed code (`--image-uri` or a layer).
     With a `controller`, a change of plan halts the group, and once every rank has
     checkpointed and returned the function gets the new `MemorySize` and reserved
-    concurrency and the new n ranks are invoked with the same global batch. A plan of k > 1
-    PS shards needs `shards` (its EC2 client); the report's `runs_on` ends with their cost.
+    concurrency and the new n ranks are invoked with the same global batch. A launch of
+    k > 1 PS shards needs `shards` (its EC2 client): shard 0 is the Redis at `redis_url`,
+    and once shards 1..k-1 run, the launcher follows `with_shards(their URLs)` (None:
+    `channel` still); the report's `runs_on` ends with the k shards' cost. Given `shards`,
+    a one-shard launch checks the plan's PS type against that Redis's (`check_ps_type`).
     """
     with _StopSignals() as signals:
         backend = AwsBackend(spec, client, target, redis_url=redis_url, job=job,
                              channel=channel, timeout_s=options.timeout_s, following=following,
-                             shards=shards, interrupt=signals.check)
+                             shards=shards, interrupt=signals.check, with_shards=with_shards)
         if options.max_restarts is None:
             options = dataclasses.replace(options, max_restarts=3 * (spec.restarts + 1))
         try:
@@ -1303,16 +1378,19 @@ def run_aws(
 
 
 def _billed(report: LaunchReport, bill: ShardBill | None) -> LaunchReport:
-    """The report with its PS shards and their cost: known only once they are terminated,
-    after the orchestrator has built the report."""
+    """The report with its PS shards and their cost: known only once shards 1..k-1 are
+    terminated, after the orchestrator has built the report."""
     if bill is None:
         return report
     return dataclasses.replace(report, runs_on=f"{report.runs_on}; {bill.describe()}")
 
 
-def _sharded(spec: LaunchSpec) -> int:
-    """The PS shards a launch of `spec` starts on EC2 (`shard_count`; 0 without an instance)."""
-    return 0 if spec.instance is None else shard_count(spec.instance.parameter_server)
+def _needs_ec2(spec: LaunchSpec, target: AwsTarget) -> bool:
+    """Whether a launch of `spec` calls EC2: to start shards 1..k-1 (k > 1), or, in a VPC
+    (the stack's, whose policy grants DescribeInstances), to check the plan's PS type against
+    the channel's Redis. A launch outside a VPC with one shard makes no EC2 call, as before."""
+    ps = _ps_of(spec)
+    return shard_count(spec) > 1 or bool(target.subnet_ids and ps is not None and ps.type)
 
 
 class _DoneChannel:
@@ -1345,12 +1423,14 @@ def dry_run(
 
     It runs `run_aws` itself against a `DryRunClient` (as the Lambda and the EC2 client),
     with a channel that reports the job done at once: the listing cannot drift from what a
-    real run does. The PS shards of a sharded plan get placeholder IDs and addresses.
+    real run does. The PS shards of a sharded plan get placeholder IDs and addresses, and the
+    channel's Redis no type (so the plan's is not refused).
     """
     client = DryRunClient()
     run_aws(spec, client, target, redis_url=redis_url, job=job, channel=_DoneChannel(),
             options=options, following=Following(sleep=lambda _seconds: None),
-            shards=ShardOptions(ec2=client, placement=placement))
+            shards=(ShardOptions(ec2=client, placement=placement)
+                    if _needs_ec2(spec, target) else None))
     return client.calls
 
 
@@ -1363,26 +1443,48 @@ def run_aws_job(
     """`run_aws` with the job's own parameter channel on the Redis at `redis_url`.
 
     The channel's keys are deleted afterwards, whether the run ended or failed, and a Redis
-    that fails mid-run is one `LaunchError` line naming it (`channel_failed`). A sharded
-    plan without `shards` gets an EC2 client beside `client` (`_ec2_beside`).
+    that fails mid-run is one `LaunchError` line naming it (`channel_failed`). A launch that
+    calls EC2 (`_needs_ec2`) without `shards` gets an EC2 client beside `client`
+    (`_ec2_beside`). Once shards 1..k-1 run, the launcher's channel holds a client of each
+    (`shard_clients`, made without connecting: their Redis may still be installing), so that
+    what it does to the job covers every shard; they are closed however the run ends. The
+    keys are deleted from shard 0 alone: the others end with their instances.
     """
     import redis
 
     from .channel import ParameterChannel, channel_failed, redis_client
 
-    if shards is None and _sharded(spec):
+    if shards is None and _needs_ec2(spec, target):
         shards = ShardOptions(ec2=_ec2_beside(client, target.region))
 
     channel = ParameterChannel(redis_client(redis_url, option="--redis-url"), job,
                                workers=spec.functions)
+    opened: list[redis.Redis] = []  # shards 1..k-1's clients, each closed at the end
+    sharded: list[ParameterChannel] = []
+
+    def with_shards(urls: tuple[str, ...]) -> Channel:
+        clients: list[redis.Redis] = []
+        for shard, url in enumerate(urls, start=1):
+            clients.append(redis_client(url, option=f"PS shard {shard}", ping=False))
+            opened.append(clients[-1])
+        sharded.append(ParameterChannel(channel.client, job, workers=spec.functions,
+                                        shard_clients=clients))
+        return sharded[-1]
+
     try:
         try:
             return run_aws(spec, client, target, redis_url=redis_url, job=job, channel=channel,
                            options=options, hooks=hooks, controller=controller,
-                           following=following, shards=shards)
+                           following=following, shards=shards, with_shards=with_shards)
         finally:
-            channel.cleanup()
-            channel.client.close()
+            try:
+                channel.cleanup()
+            finally:
+                for each in sharded:
+                    each.close()
+                for shard_client in opened:
+                    shard_client.close()
+                channel.client.close()
     except redis.RedisError as error:
         raise channel_failed(redis_url, error) from None
 

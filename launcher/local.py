@@ -12,9 +12,12 @@ refused a write: OOM ...`), its traceback at debug level only. A failure no rela
 (`UnrecoverableError`: NaN parameters, gradients or loss) ends the run at once as failed
 (`RunFailed`), as does a run that stops progressing; a run is never "done" without a finite loss.
 
+A plan with k parameter-server shards (`LaunchSpec.shards`) gets k redis-servers, one per
+shard (`channel.ParameterChannel`); on a caller's Redis (`redis_url`) all k shards share it.
+
 Nothing outlives a run: while it runs, SIGINT, SIGTERM and SIGHUP all become a
 KeyboardInterrupt at the next poll (never in the middle of starting or stopping a process), so
-the same clean-up stops the workers, the redis-server it started and removes the cgroups.
+the same clean-up stops the workers, every redis-server it started and removes the cgroups.
 Workers and redis-server run in sessions of their own (a terminal's Ctrl-C reaches only the
 launcher, which stops them in order) and are killed by the kernel if the launcher dies first;
 the empty cgroups a SIGKILLed launcher leaves are removed by the next launch
@@ -62,6 +65,7 @@ from . import LaunchError
 from .adaptive import Planner
 from .backend import Observed
 from .channel import (
+    REDIS_URLS_ENV,
     ChannelError,
     ParameterChannel,
     UnrecoverableError,
@@ -70,7 +74,7 @@ from .channel import (
 )
 from .orchestrator import Hooks, RunOptions, orchestrate
 from .profile import Capacity, Runner
-from .spec import LAMBDA_MEMORY_MB, LaunchReport, LaunchSpec
+from .spec import LAMBDA_MEMORY_MB, LaunchReport, LaunchSpec, check_shards
 from .workloads import DEFAULT_WORKLOAD, module_root
 
 __all__ = ["MAX_LOCAL_FUNCTIONS", "Interrupted", "LocalBackend", "available_cpus",
@@ -628,6 +632,7 @@ def _worker_environment(workload: str) -> dict[str, str]:
     factory the user named (`resolve_workload`) is.
     """
     env = dict(os.environ)
+    env.pop(REDIS_URLS_ENV, None)  # the event lists the shards' servers
     package = Path(__file__).resolve().parents[1]
     folders = [str(package.parent)] if package.name == "lambdadnn" else []
     root = module_root(workload)
@@ -663,8 +668,9 @@ class LocalBackend:
     """A plan's ranks as worker processes here, each in a cgroup of m/1769 vCPU (a `Backend`).
 
     Everything is checked when it is built (`check_resume`, `check_capacity`, whose warning
-    it keeps); `setup` starts a redis-server unless `redis_url` names one, and `resume` (a
-    stopped job's name) starts from that job's last checkpoint. A round ends when every rank
+    it keeps); `setup` starts a redis-server per parameter-server shard unless `redis_url`
+    names one (which then holds every shard), and `resume` (a stopped job's name) starts
+    from that job's last checkpoint, on every shard. A round ends when every rank
     has returned, or at the first failure (the survivors would wait at the barrier for it).
     """
 
@@ -677,16 +683,24 @@ class LocalBackend:
     ) -> None:
         if resume is not None:
             check_resume(resume, redis_url)
+        check_shards(spec.shards)
         warning = check_capacity(spec, oversubscribe=oversubscribe, adaptive=adaptive)
-        self.warnings: tuple[str, ...] = () if warning is None else (warning,)
+        warnings = [] if warning is None else [warning]
+        if redis_url is not None and spec.shards > 1:
+            warnings.append(f"all {spec.shards} parameter-server shards are on the one Redis "
+                            f"of `--redis-url`, so they share its bandwidth; leave "
+                            f"`--redis-url` out to start a redis-server per shard")
+        self.warnings: tuple[str, ...] = tuple(warnings)
         self.job = resume if resume is not None else f"local-{uuid.uuid4().hex[:12]}"
         self._spec, self._timeout_s, self._workload = spec, timeout_s, workload
         self._given, self._oversubscribe, self._resume = redis_url, oversubscribe, resume
         self._url = redis_url or ""
+        self._urls: list[str] = []  # one per shard, shard 0's first (`_url`)
         self._signals = _StopSignals(self.job if redis_url is not None else None)
         self._stack = ExitStack()
         self._env: dict[str, str] = {}
         self._client: redis.Redis | None = None
+        self._shard_clients: list[redis.Redis] = []
         self._channel: ParameterChannel | None = None
         self._cap = CpuCap("uncapped: no worker started", [])
         self._invocations: list[_Invocation] = []
@@ -711,9 +725,16 @@ class LocalBackend:
             redis_client(self._given).close()  # a bad URL is refused before anything starts
         self._env = _worker_environment(self._workload)
         self._stack.enter_context(self._signals)  # entered first, so it is left last
-        if self._given is None:
-            self._url = self._stack.enter_context(redis_server())
-        self._client = self._stack.enter_context(redis_client(self._url))
+        if self._given is None:  # one server per shard, each stopped by the stack on any exit
+            self._urls = []
+            for _ in range(self._spec.shards):
+                self._signals.check()
+                self._urls.append(self._stack.enter_context(redis_server()))
+        else:
+            self._urls = [self._given] * self._spec.shards
+        self._url = self._urls[0]
+        self._client, *self._shard_clients = (
+            self._stack.enter_context(redis_client(url)) for url in self._urls)
         self._channel = self._channel_for(self._spec.functions)
         first = 0 if self._resume is None else _resume(self._channel)
         if self._given is not None:
@@ -725,14 +746,19 @@ class LocalBackend:
 
     def _channel_for(self, functions: int) -> ParameterChannel:
         assert self._client is not None
+        if self._channel is not None:
+            self._channel.close()
         return ParameterChannel(self._client, self.job, workers=functions,
-                                key_ttl_s=self._spec.key_ttl_s)
+                                key_ttl_s=self._spec.key_ttl_s,
+                                shard_clients=self._shard_clients)
 
     def start(self, event: Mapping[str, Any]) -> None:
+        shards = {"redis_urls": self._urls} if len(self._urls) > 1 else {}
         for rank in range(int(event["workers"])):
             self._signals.check()
             self._invocations.append(_Invocation.start(
-                {**event, "rank": rank}, self._timeout_s, self._cap.procs_files[rank], self._env))
+                {**event, **shards, "rank": rank}, self._timeout_s,
+                self._cap.procs_files[rank], self._env))
         self._pending = list(self._invocations)
 
     def observe(self, *, halting: bool) -> Observed:

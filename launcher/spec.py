@@ -13,7 +13,7 @@ import json
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -35,11 +35,15 @@ if TYPE_CHECKING:
     from ..solver.plan import Plan
 
 __all__ = [
-    "KEY_TTL_MARGIN_S", "LAMBDA_MEMORY_MB", "WORKER_DEFAULTS", "LaunchReport", "LaunchSpec",
-    "Prediction", "RunFailed", "default_margin", "limit_for", "read_plan",
+    "KEY_TTL_MARGIN_S", "LAMBDA_MEMORY_MB", "MAX_SHARDS", "WORKER_DEFAULTS", "LaunchReport",
+    "LaunchSpec", "Prediction", "RunFailed", "check_shards", "default_margin", "limit_for",
+    "read_plan",
 ]
 
 KEY_TTL_MARGIN_S = 86_400  # a job's Redis keys outlive its deadline by a day (`key_ttl_s`)
+# Parameter-server shards a launch runs: a redis-server (and a thread per worker) each, and
+# past a handful no workload here gains from one more.
+MAX_SHARDS = 16
 _KEY_TTL_MAX_S = 366 * 86_400
 LAMBDA_MEMORY_MB = (128, 10_240)  # every shipped platform's grid lies within Lambda's range
 _STATUSES = ("optimal", "infeasible")
@@ -108,6 +112,37 @@ def _integer(
     return whole
 
 
+def check_shards(value: object, field: str = "shards", source: str = "the launch spec") -> int:
+    """`value` as a shard count: a whole number from 1 to `MAX_SHARDS` (`2.0` is 2), else one
+    `InstanceError` line naming `field`, the value and the fix."""
+    need = f"a whole number of parameter-server shards from 1 to {MAX_SHARDS}"
+    whole: int | None = None
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        whole = int(value)
+    elif not isinstance(value, bool) and isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number) and number.is_integer():
+            whole = int(number)
+    if whole is None or not 1 <= whole <= MAX_SHARDS:
+        raise InstanceError(
+            f"`{field}` in {source} must be {need}, got {brief(value)}; give one in 1.."
+            f"{MAX_SHARDS} (`--shards K`, or the instance's `parameter_server.shards` and "
+            "re-solve)"
+        )
+    return whole
+
+
+def _plan_shards(payload: Mapping[str, Any], instance: Instance | None, source: str) -> int:
+    """The shards a plan runs: its own `shards` key (a launch spec's), else its instance's
+    `parameter_server.shards`, else 1."""
+    if payload.get("shards") is not None:
+        return check_shards(payload["shards"], "shards", source)
+    if instance is not None:
+        return check_shards(instance.parameter_server.shards,
+                            "instance_spec.parameter_server.shards", source)
+    return 1
+
+
 def _whole_batch(local_batch: float) -> int:
     """The samples a worker takes per iteration: the model's (real) local batch, rounded, at
     least 1."""
@@ -118,8 +153,8 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
     """The checked constructor arguments of a `LaunchSpec`, from plan keys; other keys ignored.
 
     Needs `functions`, `memory_mb`, `local_batch`, `iterations`, `time_s`, `status` and
-    `platform`; `restarts` defaults to 0, `guarantee` to None. Raises `InstanceError` naming
-    the first bad key.
+    `platform`; `restarts` defaults to 0, `guarantee` to None, `shards` to the instance's
+    (else 1). Raises `InstanceError` naming the first bad key.
     """
     if not isinstance(payload, Mapping):
         raise InstanceError(
@@ -148,9 +183,10 @@ def _fields(payload: object, source: str) -> dict[str, Any]:
         _refuse("platform", platform, "a platform name such as 'aws-lambda-arm64'", source)
     if architecture not in ARCHITECTURES:
         _refuse("architecture", architecture, f"one of {', '.join(ARCHITECTURES)}", source)
+    instance = _instance(payload.get("instance_spec"), source)
     return {**fields, "platform": platform, "architecture": architecture, "status": status,
-            "guarantee": _guarantee(payload.get("guarantee"), source),
-            "instance": _instance(payload.get("instance_spec"), source)}
+            "guarantee": _guarantee(payload.get("guarantee"), source), "instance": instance,
+            "shards": _plan_shards(payload, instance, source)}
 
 
 def _guarantee(value: object, source: str) -> float | None:
@@ -181,6 +217,8 @@ class LaunchSpec:
 
     `iterations` is the plan's (fractional) iteration count rounded up and `local_batch`
     rounded to the nearest sample; `time_s` and `restarts` are the model's predictions.
+    `shards` is the parameter server's shard count k (`channel.ParameterChannel`): the
+    plan's instance's `parameter_server.shards` unless set, at most `MAX_SHARDS`.
     """
 
     functions: int
@@ -194,6 +232,7 @@ class LaunchSpec:
     status: str = "optimal"
     guarantee: float | None = None  # the plan's, which an adaptive launch keeps
     deadline_s: float | None = None  # the plan's; its instance's when not given
+    shards: int = 1  # parameter-server shards, each a Redis of its own
     # The instance the plan was solved from: what `predicted_time_s` is computed from.
     instance: Instance | None = field(default=None, compare=False, repr=False)
 
@@ -223,6 +262,8 @@ class LaunchSpec:
             time_s=plan.time_s, restarts=plan.restarts, platform=plan.platform,
             architecture=plan.architecture, status=plan.status, guarantee=plan.guarantee,
             deadline_s=plan.deadline_s, instance=plan.solved_from,
+            shards=check_shards(plan.solved_from.parameter_server.shards,
+                                "parameter_server.shards", f"instance {brief(plan.instance)}"),
         )
 
     @classmethod
@@ -234,6 +275,11 @@ class LaunchSpec:
         deadline = (None if payload.get("deadline_s") is None
                     else _number(payload, "deadline_s", source))
         return cls(**checked, deadline_s=deadline)
+
+    def with_shards(self, shards: object, *, field: str = "--shards") -> LaunchSpec:
+        """This spec run with `shards` parameter-server shards (`lambdadnn launch --shards`),
+        checked (`check_shards`, naming `field`)."""
+        return replace(self, shards=check_shards(shards, field, "the launch"))
 
     @property
     def solved_from(self) -> Instance:
@@ -253,13 +299,15 @@ class LaunchSpec:
         """The event every rank receives (its `rank` is added per invocation).
 
         Workers, iterations, local and global batch and the channel's `key_ttl_s` come from
-        the spec; the rest from `WORKER_DEFAULTS`, which `settings` override (both backends
-        pass their own).
+        the spec, and `shards` when there are several (the backend adds their `redis_urls`;
+        see `worker.shard_urls`); the rest from `WORKER_DEFAULTS`, which `settings` override
+        (both backends pass their own).
         """
         return {
             **WORKER_DEFAULTS, "job": job, "redis_url": redis_url, "workers": self.functions,
             "iterations": self.iterations, "local_batch": self.local_batch,
-            "global_batch": self.global_batch, "key_ttl_s": self.key_ttl_s, **(settings or {}),
+            "global_batch": self.global_batch, "key_ttl_s": self.key_ttl_s,
+            **({"shards": self.shards} if self.shards > 1 else {}), **(settings or {}),
         }
 
     @property
@@ -343,6 +391,9 @@ class Prediction:
                                    f"{brief(workload, 60)} on {backend}, which ran; launch "
                                    "what it was profiled for, or measure this with "
                                    f"`lambdadnn profile --backend {backend}`")
+        server = instance.parameter_server
+        if server.shards != spec.shards:  # `--shards`: predict the shards launched
+            instance = replace(instance, parameter_server=replace(server, shards=spec.shards))
         try:  # after the run: a plan the model cannot time still gets its measured report
             run = predict_run(
                 instance, functions=spec.functions, memory_mb=spec.memory_mb,
@@ -374,7 +425,11 @@ class LaunchReport:
     `functions` and `memory_mb` are the first round's, `invocations` counts every round's.
     `deadline_s` is the plan's (None: it names none); `met` whether `measured_time_s` kept
     it and `late_s` by how much it missed it (0 when met), both None without a deadline or
-    for a failed run.
+    for a failed run. `shards` is the parameter server's shard count; per shard (empty when
+    the workers recorded none), `shard_pushed_bytes` and `shard_pulled_bytes` are the array
+    bytes all ranks pushed to and pulled from it, and `shard_exchange_s` and
+    `shard_exchange_median_s` its exchange time, summed and per iteration (see
+    `launcher.timings.RunTimings`).
     """
 
     status: str
@@ -410,6 +465,11 @@ class LaunchReport:
     deadline_s: float | None = None
     met: bool | None = None
     late_s: float | None = None
+    shards: int = 1
+    shard_pushed_bytes: tuple[int, ...] = ()
+    shard_pulled_bytes: tuple[int, ...] = ()
+    shard_exchange_s: tuple[float, ...] = ()
+    shard_exchange_median_s: tuple[float | None, ...] = ()
 
     @classmethod
     def of(
@@ -449,6 +509,10 @@ class LaunchReport:
             runs_on=runs_on, rounds=tuple(dict(round_) for round_ in rounds), error=error,
             deadline_s=deadline, met=met,
             late_s=None if met is None or deadline is None else max(0.0, measured - deadline),
+            shards=spec.shards, shard_pushed_bytes=timings.shard_pushed_bytes,
+            shard_pulled_bytes=timings.shard_pulled_bytes,
+            shard_exchange_s=timings.shard_exchange_s,
+            shard_exchange_median_s=timings.shard_exchange_median_s,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -457,7 +521,31 @@ class LaunchReport:
         out = {key: None if isinstance(value, float) and not math.isfinite(value) else value
                for key, value in asdict(self).items()}
         out["rounds"] = [dict(round_) for round_ in self.rounds]
+        for key in ("shard_pushed_bytes", "shard_pulled_bytes", "shard_exchange_s",
+                    "shard_exchange_median_s"):
+            out[key] = list(getattr(self, key))
         return out
+
+    def shard_lines(self) -> list[str]:
+        """The per-shard figures as lines of the text report: one per shard, nothing when
+        the workers recorded none."""
+        if not self.shard_pushed_bytes:
+            return []
+        lines = [f"  PS shards      {self.shards}: per shard, bytes pushed / pulled and "
+                 "exchange time (median per iteration, total)"]
+        for shard, (pushed, pulled) in enumerate(
+            zip(self.shard_pushed_bytes, self.shard_pulled_bytes, strict=True)
+        ):
+            median = (self.shard_exchange_median_s[shard]
+                      if shard < len(self.shard_exchange_median_s) else None)
+            total = (self.shard_exchange_s[shard]
+                     if shard < len(self.shard_exchange_s) else None)
+            lines.append(
+                f"    shard {shard}  {pushed / 1e6:,.1f} MB / {pulled / 1e6:,.1f} MB, "
+                f"{'n/a' if median is None else format(median, '.4f')} s, "
+                f"{'n/a' if total is None else format(total, '.2f')} s"
+            )
+        return lines
 
 
 class RunFailed(LaunchError):

@@ -16,7 +16,9 @@ backend) their import is part of the init phase, not of the invocation's timeout
 from __future__ import annotations
 
 import math
+import os
 import time
+from contextlib import ExitStack
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,13 +30,15 @@ from torch import nn
 
 from .channel import (
     DEFAULT_KEY_TTL_S,
+    REDIS_URLS_ENV,
     ParameterChannel,
+    ShardTraffic,
     UnrecoverableError,
     finite,
 )
 from .workloads import Data, Workload, length, load_workload, sample
 
-__all__ = ["handler"]
+__all__ = ["handler", "shard_urls"]
 
 _EVALUATION_BATCH = 4096  # samples per forward pass when measuring the final loss
 
@@ -130,17 +134,42 @@ def prepare(event: dict[str, Any]) -> None:
     _PREPARED[key] = load_workload(key[0], key[1])
 
 
+def shard_urls(event: dict[str, Any]) -> list[str]:
+    """The Redis URL of each of the event's `shards` (1 unless given).
+
+    One shard: the event's `redis_url`, as ever. k > 1: the event's `redis_urls` list, else
+    $LAMBDADNN_REDIS_URLS (comma-separated), else `redis_url`; a single URL holds all k
+    shards (their keys differ, so they share one server's bandwidth). Any other count is
+    an `UnrecoverableError`: every relaunch would meet it again.
+    """
+    shards = int(event.get("shards", 1))
+    if shards == 1:
+        return [str(event["redis_url"])]
+    listed = event.get("redis_urls") or [
+        url.strip() for url in os.environ.get(REDIS_URLS_ENV, "").split(",") if url.strip()]
+    urls = [str(url) for url in listed] or [str(event["redis_url"])]
+    if len(urls) == 1:
+        return urls * shards
+    if len(urls) != shards:
+        raise UnrecoverableError(
+            f"the worker was given {len(urls)} Redis URLs for {shards} parameter-server "
+            f"shards; give one per shard (`redis_urls`, or ${REDIS_URLS_ENV}), or one for all"
+        )
+    return urls
+
+
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Train from the channel's live iteration until done or the invocation's deadline nears.
 
     Event: `rank`, `workers`, `job`, `redis_url`, `iterations` (total), `global_batch` (B,
     split over the ranks; default `local_batch` × `workers`), `checkpoint_every` (K),
     `timeout_margin_s`, `seed`, `workload` (a name or `package.module:factory`, which also
-    sets `lr` and `momentum`); optional `barrier_timeout_s` and `key_ttl_s` (the channel's
-    key expiry). Returns `{"status": "done" |
-    "timeout", "rank", "iteration", ...}`; on "timeout" (the invocation's deadline is near,
-    or the launcher asked the group to halt) the launcher invokes the ranks again, maybe
-    another number of them, and they resume from the checkpoint. Every K iterations and
+    sets `lr` and `momentum`); optional `barrier_timeout_s`, `key_ttl_s` (the channel's
+    key expiry), and `shards` with their `redis_urls` (see `shard_urls`). Returns
+    `{"status": "done" | "timeout", "rank", "iteration", ...}`; on "timeout" (the
+    invocation's deadline is near, or the launcher asked the group to halt) the launcher
+    invokes the ranks again, maybe another number of them, and they resume from the
+    checkpoint. Every K iterations and
     before returning, it records its timings in the channel
     (`ParameterChannel.record_timings`; the last record says `returned`), so the launcher
     reads a round's timings while it runs. A loss or gradient that is NaN or infinite (the
@@ -148,17 +177,21 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     launcher then ends the run as failed, never as done.
     """
     torch.set_num_threads(1)
-    with redis.Redis.from_url(event["redis_url"]) as client:
+    with ExitStack() as stack:
+        client, *others = (stack.enter_context(redis.Redis.from_url(url))
+                           for url in shard_urls(event))
         channel = ParameterChannel(
             client, event["job"], workers=int(event["workers"]),
             barrier_timeout_s=float(event.get("barrier_timeout_s", 120.0)),
-            key_ttl_s=int(event.get("key_ttl_s", DEFAULT_KEY_TTL_S)),
+            key_ttl_s=int(event.get("key_ttl_s", DEFAULT_KEY_TTL_S)), shard_clients=others,
         )
+        stack.callback(channel.close)
         return _train(event, context, channel)
 
 
 class _Clock:
-    """Per iteration, the seconds spent computing the gradient and exchanging it.
+    """Per iteration, the seconds spent computing the gradient and exchanging it, and per
+    shard the seconds of its push and pull and the bytes they moved (`ShardTraffic`).
 
     `first_at` (the first iteration began) and `ended_at` (the last update was applied) are
     wall-clock times, since the launcher compares them with the times it launched the rounds
@@ -171,14 +204,23 @@ class _Clock:
         self.ended_at: float | None = None
         self.compute: list[float] = []
         self.exchange: list[float] = []
+        self.shard_exchange: list[list[float]] = []
+        self.pushed: list[int] = []
+        self.pulled: list[int] = []
 
-    def lap(self, began: float, computed: float) -> None:
+    def lap(self, began: float, computed: float, traffic: list[ShardTraffic]) -> None:
         """An iteration that began and finished its gradient at these `perf_counter` times has
-        just applied its update. Noted now, not at `record`: the checkpoint that follows is
-        restart overhead (or past the end of training), not iteration time."""
+        just applied its update, moving `traffic`. Noted now, not at `record`: the checkpoint
+        that follows is restart overhead (or past the end of training), not iteration time."""
         self.compute.append(computed - began)
         self.exchange.append(time.perf_counter() - computed)
         self.ended_at = time.time()
+        self.shard_exchange.append([shard.seconds for shard in traffic])
+        if not self.pushed:
+            self.pushed, self.pulled = [0] * len(traffic), [0] * len(traffic)
+        for index, shard in enumerate(traffic):
+            self.pushed[index] += shard.pushed_bytes
+            self.pulled[index] += shard.pulled_bytes
 
     def record(
         self, channel: ParameterChannel, rank: int, round_: int, *, returned: bool = False
@@ -190,6 +232,9 @@ class _Clock:
             "ended_at": self.ended_at, "returned": returned,
             "compute_s": [round(value, 6) for value in self.compute],
             "exchange_s": [round(value, 6) for value in self.exchange],
+            "shard_exchange_s": [[round(value, 6) for value in shards]
+                                 for shards in self.shard_exchange],
+            "shard_pushed_bytes": self.pushed, "shard_pulled_bytes": self.pulled,
         })
 
 
@@ -223,7 +268,7 @@ def _train(
         _check_step(rank, iteration, gradient, loss)
         computed = time.perf_counter()
         _load_flat(model, channel.exchange(rank, iteration, gradient * weight, loss, stop=stop))
-        clock.lap(began, computed)
+        clock.lap(began, computed, channel.traffic)
         iteration += 1
         if channel.halted and iteration < total:
             channel.checkpoint(iteration)

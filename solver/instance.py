@@ -238,6 +238,15 @@ class Instance:
     # is the first of them, and a plan's `solved_from` holds the one chosen.
     servers: tuple[ParameterServer, ...] = ()
 
+    def __post_init__(self) -> None:
+        # A copy given another `parameter_server` but keeping the choices would be solved on
+        # the choices, silently: say so instead.
+        if self.servers and self.parameter_server != self.servers[0]:
+            raise InstanceError(
+                f"instance {self.name!r}: `parameter_server` must be the first of `servers` "
+                "when there are choices; to run on one machine, replace both "
+                "(`servers=()`)")
+
     @property
     def max_functions(self) -> int:
         """The largest `n` allowed: the platform's concurrency, capped by `limits.max_functions`."""

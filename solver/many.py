@@ -262,9 +262,11 @@ def solve_many(
                      min(limit, key.max_functions), slowest[kind])
         for kind, key in enumerate(keys)
     ]
-    tasks = [Task(job.submit_s, job.due_s, mine,
-                  merged([fronts[kind].within(job.deadline_s) for kind in mine]))
-             for mine, job in zip(kinds, submitted, strict=True)]
+    # A job's front over all its kinds: the instance's, cut at the job's deadline (a plan of
+    # the union within the deadline is dominated only by one within it).
+    union = [merged([fronts[kind] for kind in mine]) for mine in kinds_of]
+    tasks = [Task(job.submit_s, job.due_s, kinds_of[o], union[o].within(job.deadline_s))
+             for o, job in zip(owner, submitted, strict=True)]
     answer = solve_timetable(
         tasks, catalogues, concurrency=limit, slot=slot,
         time_limit_s=seconds - (time.perf_counter() - started), gap=number, reserved=held,

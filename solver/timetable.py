@@ -150,7 +150,7 @@ def solve_timetable(
     penalty = penalties(tasks)
     zero = np.zeros(len(moments.times))
     first = price(pairs, catalogues, moments.times, zero, moments.free, penalty)
-    cols = distinct(_columns(moments, first.offer))
+    cols = distinct(_columns(moments, _cheapest_per_start(first.offer)))
     bound, miss_proven, proof = first.bound, first.needs_more > 0, first
     progress(PHASES[2])
     chosen = placed(cols, tasks, moments.free, budget_s=max(0.0, min(time_limit_s / 4, left())))
@@ -234,6 +234,17 @@ def _starts(tasks: Sequence[Task], moments: Grid) -> Starts:
     due = np.array([t.due_s for t in tasks])
     return Starts(task, every[offset[task] + rank], moments.start_s[pair], moments.row[pair],
                   due[task])
+
+
+def _cheapest_per_start(offer: Offer) -> Offer:
+    """Of the offers at one job's start, the cheapest: a job of several kinds (servers)
+    starts with one column per start, as a job of one kind does; pricing adds the others
+    where they help."""
+    order = np.lexsort((offer.cost_usd, offer.start_s, offer.task))
+    task, start = offer.task[order], offer.start_s[order]
+    first = np.r_[True, (task[1:] != task[:-1]) | (start[1:] != start[:-1])] if len(order) \
+        else np.zeros(0, dtype=np.bool_)
+    return offer.take(np.sort(order[first]))
 
 
 def _columns(moments: Grid, offer: Offer, which: Index | None = None) -> Columns:

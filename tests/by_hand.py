@@ -55,7 +55,7 @@ def problem_of(instance: Instance) -> Problem:
         max_functions=instance.max_functions, min_memory_mb=instance.min_memory_mb,
         latency_s=instance.profile.latency_s, startup_base_s=instance.profile.startup.base_s,
         startup_per_function_s=instance.profile.startup.per_function_s,
-        max_vcpu=instance.platform.max_vcpu,
+        max_vcpu=instance.platform.max_vcpu, shards=ps.shards, message_s=ps.message_s,
     )
 
 
@@ -77,17 +77,17 @@ def hand(p: Problem, n: int, m: float) -> HandFigures:
     k = p.n_t * p.e / b_g
     rate = p.alpha1 * min(m, p.m_sat) + p.beta1
     storage_bandwidth = min(p.alpha2 * m + p.beta2, p.b_s)
-    ps_bandwidth = min(p.b_fmax, p.b_p / n)
+    ps_bandwidth = min(p.b_fmax, p.shards * p.b_p / n)
     valid = rate > 0 and storage_bandwidth > 0 and b_l >= 1
     t_load = p.d_t / (n * storage_bandwidth) if storage_bandwidth else math.inf
     t_comp = b_l / rate if rate else math.inf
-    t_comm = 2 * (p.d_m / ps_bandwidth + p.latency_s)
+    t_comm = 2 * (p.d_m / ps_bandwidth + p.latency_s + p.shards * p.message_s)
     t_train = t_load + k * (t_comp + t_comm)
     restarts = _restarts(p, t_train) if valid else 0
     t_startup = (restarts + 1) * (p.startup_base_s + p.startup_per_function_s * n)
     time = t_train + restarts * p.restart_overhead_s + t_startup
     cost = (
-        time * (n * m / 1024 * p.p_gbs + p.p_ps / 3600) + n * (restarts + 1) * p.p_req
+        time * (n * m / 1024 * p.p_gbs + p.shards * p.p_ps / 3600) + n * (restarts + 1) * p.p_req
     )
     return HandFigures(
         valid=valid, global_batch=float(b_g), local_batch=float(b_l), iterations=k,

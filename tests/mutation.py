@@ -86,6 +86,8 @@ HINDSIGHT = "tests/test_hindsight.py"
 WORLD_INDEPENDENT = "tests/test_world_independent.py"
 WORLD_ENGINE = "tests/test_world_engine.py"
 OPTIONS = "tests/test_options.py"
+PS_ORACLE = "tests/test_ps_oracle.py"
+SHARDS_SIM = "tests/test_simulator_shards.py"
 
 EQUATIONS = "models/equations.py"
 NOISE = "models/noise.py"
@@ -428,6 +430,27 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if entry.start_s < entry.submit_s or entry.met != bool(",
            "    if entry.start_s < entry.submit_s and entry.met != bool(",
            (MANY,), "a job marked met is not re-tested against its deadline"),
+    Mutant("shards-ignored-in-cost", "models/equations.py",
+           "cost_ps = time * k_ps * p_ps / 3600",
+           "cost_ps = time * p_ps / 3600",
+           (PS_ORACLE,), "the PS is paid for one machine however many shards run"),
+    Mutant("shard-nic-not-shared", "models/equations.py",
+           "ps_bandwidth = sp.Min(B_fmax, k_ps * B_p / n)",
+           "ps_bandwidth = sp.Min(B_fmax, k_ps * B_p)",
+           (PS_ORACLE, BOUNDS), "each shard's NIC is not shared by the n functions"),
+    Mutant("dominance-without-k", "solver/pipeline.py",
+           "bandwidth = k * np.array([server.bandwidth_mbps for server in servers])",
+           "bandwidth = np.array([server.bandwidth_mbps for server in servers])",
+           (PS_ORACLE, SOLVE), "servers are compared by one shard's bandwidth: more shards "
+           "look dominated by fewer"),
+    Mutant("crossings-without-k", "models/bounds.py",
+           'in_comm = (params["B_fmax"] <= params["k_ps"] * params["B_p"] / n) == function_bound',
+           'in_comm = (params["B_fmax"] <= params["B_p"] / n) == function_bound',
+           (BOUNDS,), "the closed-form n bounds place the PS-bound regime without the shards"),
+    Mutant("sim-shard-nic-not-shared", "simulator/engine.py",
+           "self.pull_s_per_mb = 1 / min(self.flow_cap, self.shards * self.link / functions)",
+           "self.pull_s_per_mb = 1 / min(self.flow_cap, self.shards * self.link)",
+           (SHARDS_SIM,), "the simulator gives each shard's flows the whole NIC"),
     Mutant("hindsight-without-crn", "simulator/hindsight.py",
            "runner = WorldRunner(world, seed)",
            "runner = WorldRunner(world, seed + 1)",

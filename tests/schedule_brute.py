@@ -103,17 +103,21 @@ class Best:
 # --- jobs ------------------------------------------------------------------------------------
 
 def plans_of(source: Mapping[str, Any] | str | Path, *, concurrency: int) -> tuple[Plan, ...]:
-    """Every valid plan of the instance within its limits and `concurrency` functions, in
-    the oracle's grid order (n, then m, increasing)."""
-    values = oracle.grid(source if isinstance(source, Mapping) else str(source))
-    usable = values["within_limits"] & (values["functions"] <= concurrency)
-    n = np.broadcast_to(values["functions"], usable.shape)
-    m = np.broadcast_to(values["memory_mb"], usable.shape)
-    rows, cols = np.nonzero(usable)
-    return tuple(
-        Plan(int(n[r, c]), int(m[r, c]), float(values["time"][r, c]), float(values["cost"][r, c]))
-        for r, c in zip(rows.tolist(), cols.tolist(), strict=True)
-    )
+    """Every valid plan of the instance within its limits and `concurrency` functions, on
+    every parameter server it may choose (`oracle.servers`), each server's in the oracle's
+    grid order (n, then m, increasing)."""
+    plans: list[Plan] = []
+    for server in oracle.servers(source if isinstance(source, Mapping) else str(source)):
+        values = oracle.grid(server.problem)
+        usable = values["within_limits"] & (values["functions"] <= concurrency)
+        n = np.broadcast_to(values["functions"], usable.shape)
+        m = np.broadcast_to(values["memory_mb"], usable.shape)
+        rows, cols = np.nonzero(usable)
+        plans.extend(
+            Plan(int(n[r, c]), int(m[r, c]), float(values["time"][r, c]),
+                 float(values["cost"][r, c]))
+            for r, c in zip(rows.tolist(), cols.tolist(), strict=True))
+    return tuple(plans)
 
 
 def jobs_from(spec: Sequence[SpecEntry], concurrency: int) -> list[Job]:
@@ -353,6 +357,15 @@ def optimum(jobs: Sequence[Job], concurrency: int, slot: float,
 
 # --- random cases ----------------------------------------------------------------------------
 
+# A catalogue instance's servers in a random case: ec2's m5.large and c5n.large at 1 or 2
+# shards (the shipped 40 servers would make the judge's enumeration far too slow).
+SMALL_CATALOGUE: dict[str, Any] = {
+    "catalogue": {"types": {"m5.large": {"bandwidth_mbps": 1200, "price_per_hour": 0.096},
+                            "c5n.large": {"bandwidth_mbps": 3125, "price_per_hour": 0.108}}},
+    "function_bandwidth_mbps": 84, "max_shards": 2,
+}
+
+
 def shipped(name: str) -> dict[str, Any]:
     """A shipped instance with its platform read in by name, as a fresh mapping."""
     raw: dict[str, Any] = yaml.safe_load((ROOT / "instances" / f"{name}.yaml").read_text())
@@ -384,6 +397,8 @@ def random_case(seed: int) -> tuple[list[tuple[dict[str, Any], float, float]], i
     spec: list[tuple[dict[str, Any], float, float]] = []
     for _ in range(rng.randint(2, 6)):
         instance = shipped(rng.choice(SHIPPED))
+        if "catalogue" in instance["parameter_server"]:  # two of its types, up to 2 shards
+            instance["parameter_server"] = dict(SMALL_CATALOGUE)
         instance["platform"]["memory_mb"] = {"min": 128, "step": rng.choice((320, 480, 640, 960)),
                                              "max": 3008}
         instance["limits"] = {"max_functions": rng.randint(2, 7)}

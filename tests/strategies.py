@@ -156,6 +156,11 @@ def instance_mappings(
             "price_per_hour": draw(st.one_of(st.just(0.0), _real(0.005, 2.0))),
         },
     }
+    if draw(st.booleans()):  # k shards of that machine, each message to one costing c_msg
+        mapping["parameter_server"]["shards"] = draw(st.integers(1, 4))
+        if draw(st.booleans()):
+            mapping["parameter_server"]["message_s"] = draw(
+                st.one_of(st.just(0.0), _real(1e-4, 0.05)))
     latency = draw(st.sampled_from(["absent", "zero", "drawn", "drawn"]))
     if latency != "absent":
         mapping["profile"]["latency_s"] = (

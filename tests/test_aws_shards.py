@@ -1,6 +1,7 @@
 """PS shards on EC2 (`start_shards`, `stop_shards`, a sharded `run_aws`) against the moto
 server on 127.0.0.1, as tests/test_aws.py runs Lambda there; time is faked wherever the
-launcher waits.
+launcher waits. A launch of k shards runs shard 0 on the channel's Redis (the stack's, here
+an instance of the plan's type) and starts k − 1 EC2 instances for shards 1..k-1.
 
 What moto (5.2) does not do, so what these tests cannot check there:
 - it accepts any instance type and any image ID (its type and AMI validation is off unless
@@ -48,10 +49,13 @@ from lambdadnn.launcher.aws import (
     ShardPlacement,
     _ec2_beside,
     aws_client,
+    check_ps_type,
     dry_run,
     placement_of,
+    redis_type_of,
     required_policy,
     run_aws,
+    run_aws_job,
     shard_count,
     start_shards,
     stop_shards,
@@ -59,6 +63,7 @@ from lambdadnn.launcher.aws import (
 from lambdadnn.launcher.local import Interrupted
 from lambdadnn.launcher.orchestrator import RunOptions
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, RunFailed
+from lambdadnn.solver.errors import LambdaDnnError
 from lambdadnn.solver.instance import Instance
 from lambdadnn.solver.instance_yaml import load_instance
 from tests import test_aws
@@ -74,22 +79,23 @@ PASSWORD = "s3cretPassw0rdForShards"
 TYPE, PRICE = "c5n.large", 0.108  # instances/servers/ec2.yaml
 
 
-def sharded(shards: int, ps_type: str | None = TYPE, functions: int = 3) -> LaunchSpec:
-    """A plan of `functions` × 2048 MB whose parameter server is `shards` machines of
-    `ps_type` at PRICE an hour each."""
+def sharded(shards: int, ps_type: str | None = TYPE, functions: int = 3, *,
+            solved: int | None = None) -> LaunchSpec:
+    """A launch of `functions` × 2048 MB with `shards` PS shards, from a plan whose parameter
+    server is `solved` (default: `shards`) machines of `ps_type` at PRICE an hour each."""
     base = load_instance("instances/1dcnn-imdb.yaml")
-    ps = dataclasses.replace(base.parameter_server, shards=shards, type=ps_type,
-                             price_per_hour=PRICE)
+    ps = dataclasses.replace(base.parameter_server, shards=shards if solved is None else solved,
+                             type=ps_type, price_per_hour=PRICE)
     instance: Instance = dataclasses.replace(base, parameter_server=ps)
     return LaunchSpec(functions=functions, memory_mb=2048, local_batch=32, iterations=10,
                       time_s=60.0, restarts=0, platform="aws-lambda-x86_64",
-                      architecture="x86_64", instance=instance)
+                      architecture="x86_64", instance=instance, shards=shards)
 
 
 @dataclass(frozen=True)
 class Network:
     """A stack's network in moto: a subnet, the Redis's and the functions' security groups,
-    and the running Redis instance the shards are placed beside."""
+    and the running Redis instance (of TYPE, the plans' type) the shards are placed beside."""
 
     subnet_id: str
     redis_group: str
@@ -111,7 +117,7 @@ def network(ec2: Any) -> Network:
                                         Description=name, VpcId=vpc)["GroupId"]
               for name in ("redis", "functions")]
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    redis = ec2.run_instances(ImageId=image, InstanceType="m5.large", MinCount=1, MaxCount=1,
+    redis = ec2.run_instances(ImageId=image, InstanceType=TYPE, MinCount=1, MaxCount=1,
                               SubnetId=subnet, SecurityGroupIds=[groups[0]])["Instances"][0]
     return Network(subnet, groups[0], groups[1], image,
                    f"redis://:{PASSWORD}@{redis['PrivateIpAddress']}:6379/0")
@@ -425,7 +431,8 @@ def test_a_throttled_start_is_retried_with_the_same_client_token(
 
 def test_the_shards_are_placed_beside_the_channels_redis(ec2: Any, network: Network) -> None:
     assert placement_of(ec2, network.redis_url) == ShardPlacement(
-        network.subnet_id, (network.redis_group,), network.image_id, PASSWORD)
+        network.subnet_id, (network.redis_group,), network.image_id, PASSWORD, TYPE)
+    assert redis_type_of(ec2, network.redis_url) == TYPE
     unauthenticated = network.redis_url.replace(f":{PASSWORD}@", "")
     assert placement_of(ec2, unauthenticated).password is None
 
@@ -455,6 +462,67 @@ def test_a_placement_needs_a_subnet_an_image_and_a_group(network: Network) -> No
                        ) as refused:
         ShardPlacement(network.subnet_id, (), network.image_id, PASSWORD)
     assert PASSWORD not in str(refused.value)
+
+
+# -- the plan's type and the channel's Redis (shard 0) ----------------------------------------
+
+OTHER = "m5.large"  # the stack's default PsInstanceType
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_a_plan_of_another_type_than_the_channels_redis_is_refused_before_anything_starts(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, k: int
+) -> None:
+    """Shard 0 is the stack's Redis (a TYPE here): a plan timed and priced for OTHER would
+    not run as planned; refused in one line naming both types and both fixes."""
+    machines, functions = Recorded(ec2), Recorded(client)
+    with pytest.raises(AwsLaunchError) as refused:
+        run_aws(sharded(k, OTHER), functions, target, redis_url=network.redis_url,
+                job="job-type", channel=done_after(1), following=following(FakeClock()),
+                shards=ShardOptions(ec2=machines))
+    message = str(refused.value)
+    assert "\n" not in message and PASSWORD not in message
+    assert f"the plan's parameter server is {OTHER}, but its shard 0 is the channel's Redis, " \
+           f"a {TYPE}" in message
+    assert f"deploy the stack with `PsInstanceType` = {OTHER}" in message
+    assert f"solve with `parameter_server: {{catalogue: ec2, type: {TYPE}}}`" in message
+    assert machines.operations() == ["DescribeInstances"]  # nothing started
+    assert functions.calls == []
+
+
+def test_a_given_placement_of_another_type_is_refused_without_a_call(
+    target: AwsTarget, network: Network, placement: ShardPlacement
+) -> None:
+    typed = dataclasses.replace(placement, instance_type=OTHER)
+    with pytest.raises(AwsLaunchError, match=f"parameter server is {TYPE}, but .* a {OTHER}"):
+        dry_run(sharded(3), target, redis_url=network.redis_url, job="job-type",
+                placement=typed)
+    calls = dry_run(sharded(3), target, redis_url=network.redis_url, job="job-type",
+                    placement=dataclasses.replace(placement, instance_type=TYPE))
+    assert calls[0].operation == "RunInstances"
+
+
+@pytest.mark.parametrize("url", ["redis://:pw@10.42.0.250:6379/0",
+                                 "rediss://:pw@cache.example:6379/0"])
+def test_one_shard_beside_a_redis_that_is_no_ec2_instance_goes_on(
+    client: Any, ec2: Any, target: AwsTarget, url: str
+) -> None:
+    """Its type is unknown (ElastiCache, a Redis elsewhere): nothing to compare, as before."""
+    machines = Recorded(ec2)
+    report = run_aws(sharded(1, OTHER), client, target, redis_url=url, job="job-elsewhere",
+                     channel=done_after(1), following=following(FakeClock()),
+                     shards=ShardOptions(ec2=machines))
+    assert report.status == "done" and "PS" not in report.runs_on
+    assert machines.operations() == (["DescribeInstances"] if url.startswith("redis:")
+                                     else [])
+
+
+@pytest.mark.parametrize(("plan", "redis"), [
+    (TYPE, TYPE), (None, TYPE), (TYPE, None), (None, None)])
+def test_the_type_check_passes_a_match_and_anything_unknown(
+    plan: str | None, redis: str | None
+) -> None:
+    check_ps_type(plan, redis)
 
 
 # -- hostile input ----------------------------------------------------------------------------
@@ -488,29 +556,47 @@ def test_an_unknown_type_is_passed_to_ec2_as_is(ec2: Any, placement: ShardPlacem
                      launch_id="launch-hostile")
 
 
-@pytest.mark.parametrize(("shards", "ps_type", "refusal"), [
-    (0, TYPE, r"`parameter_server.shards` is 0: a parameter server is a whole number"),
-    (-3, TYPE, r"`parameter_server.shards` is -3"),
-    (3, None, "3 shards of no `type`"),
-])
-def test_a_plan_of_no_startable_shards_is_refused_before_any_call(
-    target: AwsTarget, shards: int, ps_type: str | None, refusal: str
+@pytest.mark.parametrize("solved", [1, 3])
+def test_a_launch_of_shards_of_no_type_is_refused_before_any_call(
+    target: AwsTarget, solved: int
 ) -> None:
+    refusal = r"runs 3 PS shards and the plan's parameter server has no `type`: shards 1\.\.2"
     with pytest.raises(AwsLaunchError, match=refusal):
-        shard_count(sharded(shards, ps_type).solved_from.parameter_server)
+        shard_count(sharded(3, None, solved=solved))
     with pytest.raises(AwsLaunchError, match=refusal):
-        dry_run(sharded(shards, ps_type), target, redis_url="redis://10.42.0.5:6379/0", job="j")
+        dry_run(sharded(3, None, solved=solved), target, redis_url="redis://10.42.0.5:6379/0",
+                job="j")
+    assert shard_count(sharded(1, None, solved=solved)) == 1  # the channel's Redis: no type
+
+
+@pytest.mark.parametrize("shards", [0, -3, True, 2.5, 17])
+def test_a_count_of_shards_that_is_none_is_refused_with_the_spec(shards: Any) -> None:
+    """`shard_count` reads `LaunchSpec.shards`, which no bad count gets into."""
+    with pytest.raises(LambdaDnnError, match="whole number of parameter-server shards"):
+        sharded(shards, solved=1)
+
+
+def test_shards_without_the_plans_instance_are_refused(target: AwsTarget) -> None:
+    spec = dataclasses.replace(sharded(2), instance=None)
+    assert shard_count(dataclasses.replace(spec, shards=1)) == 1
+    with pytest.raises(AwsLaunchError, match=r"has no `type`.*--shards 1"):
+        shard_count(spec)
 
 
 def test_one_shard_is_the_channels_redis_and_starts_nothing(
-    target: AwsTarget, network: Network
+    target: AwsTarget, network: Network, role_arn: str
 ) -> None:
-    assert shard_count(sharded(1).solved_from.parameter_server) == 0
+    """In a VPC it only looks up the Redis's type (the check); outside one, no EC2 call."""
+    assert shard_count(sharded(1)) == 1
     calls = dry_run(sharded(1), target, redis_url=network.redis_url, job="job-one")
-    assert not {"RunInstances", "DescribeInstances", "TerminateInstances"} & {
-        call.operation for call in calls}
-    environment = calls[0].params["Environment"]["Variables"]
+    assert calls[0].operation == "DescribeInstances" and "Filters" in calls[0].params
+    assert not {"RunInstances", "TerminateInstances"} & {call.operation for call in calls}
+    environment = calls[1].params["Environment"]["Variables"]
     assert REDIS_URLS_ENV not in environment and environment[REDIS_URL_ENV] == network.redis_url
+    outside = AwsTarget(target.function_name, role_arn)
+    calls = dry_run(sharded(1), outside, redis_url=network.redis_url, job="job-one")
+    assert calls[0].operation == "CreateFunction"
+    assert "DescribeInstances" not in {call.operation for call in calls}
 
 
 def test_shards_need_a_function_in_the_vpc_and_an_ec2_client(
@@ -532,44 +618,144 @@ def test_shards_need_a_function_in_the_vpc_and_an_ec2_client(
 # -- a sharded launch -------------------------------------------------------------------------
 
 
-def test_a_sharded_launch_passes_the_urls_and_bills_the_shards_uptime(
-    client: Any, ec2: Any, target: AwsTarget, network: Network
+def ec2_urls(ec2: Any, ids: list[str]) -> list[str]:
+    """The URLs of the EC2 shards `ids`, in that order (shards 1..k-1)."""
+    addresses = {i["InstanceId"]: i["PrivateIpAddress"] for r in ec2.describe_instances(
+        InstanceIds=ids)["Reservations"] for i in r["Instances"]}
+    return [f"redis://:{PASSWORD}@{addresses[i]}:6379/0" for i in ids]
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_a_launch_of_k_shards_starts_k_minus_1_and_lists_the_channels_redis_first(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, k: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = FakeClock()
     functions, machines = Recorded(client, clock), Recorded(ec2, clock)
-    report = run_aws(sharded(3), functions, target, redis_url=network.redis_url,
+    report = run_aws(sharded(k), functions, target, redis_url=network.redis_url,
                      job="job-shards", channel=done_after(4), following=following(clock),
                      shards=ShardOptions(ec2=machines))
-    assert report.status == "done"
+    assert report.status == "done" and report.shards == k
     assert machines.operations() == ["DescribeInstances", "RunInstances", "DescribeInstances",
                                      "TerminateInstances"]
     run = machines.first("RunInstances").params
-    assert run["InstanceType"] == TYPE and run["MinCount"] == run["MaxCount"] == 3
+    assert run["InstanceType"] == TYPE and run["MinCount"] == run["MaxCount"] == k - 1
     assert run["SubnetId"] == network.subnet_id
     assert run["SecurityGroupIds"] == [network.redis_group]
     launch = launch_id_of(machines)
     assert launch.startswith("job-shards-")
     ids = machines.calls[-1].params["InstanceIds"]
-    assert set(ids) == set(tagged(ec2, launch))
+    assert len(ids) == k - 1 and set(ids) == set(tagged(ec2, launch))
     assert set(tagged(ec2, launch).values()) <= {"shutting-down", "terminated"}
 
-    # The function's environment: the channel's Redis as before, and the shards in order.
+    # The function's environment: shard 0 is the channel's Redis, then the EC2 shards.
     variables = functions.first("CreateFunction").params["Environment"]["Variables"]
-    addresses = {i["InstanceId"]: i["PrivateIpAddress"] for r in ec2.describe_instances(
-        InstanceIds=ids)["Reservations"] for i in r["Instances"]}
-    assert variables == {
-        REDIS_URL_ENV: network.redis_url, JOB_ENV: "job-shards",
-        REDIS_URLS_ENV: ",".join(f"redis://:{PASSWORD}@{addresses[i]}:6379/0" for i in ids)}
+    urls = [network.redis_url, *ec2_urls(ec2, ids)]
+    assert variables == {REDIS_URL_ENV: network.redis_url, JOB_ENV: "job-shards",
+                         REDIS_URLS_ENV: ",".join(urls)}
+    # ... which is what a worker of this launch connects to, shard by shard.
+    from lambdadnn.launcher.worker import shard_urls
+
+    monkeypatch.setenv(REDIS_URLS_ENV, variables[REDIS_URLS_ENV])
+    event = json.loads(functions.first("Invoke").params["Payload"])
+    assert event["shards"] == k and event["redis_url"] == network.redis_url
+    assert shard_urls(event) == urls
     assert functions.operations()[-2:] == ["DeleteFunctionConcurrency", "DeleteFunction"]
     with pytest.raises(ClientError):
         client.get_function(FunctionName=target.function_name)
 
-    # Billed from start_shards' return (its last look) to the stop call, at 3 × PRICE.
+    # All k shards, the channel's Redis included, billed from start_shards' return (its
+    # last look) to the stop call, at k × PRICE.
     up_s = machines.times[-1] - machines.times[2]
     assert up_s == 15.0  # three polls of 5 s: the channel reports done at its fourth look
-    bill = ShardBill(3, TYPE, PRICE, up_s)
-    assert bill.cost_usd == pytest.approx(3 * PRICE * up_s / 3600, rel=1e-12)
-    assert report.runs_on.endswith(f"; 3 PS shards {TYPE} up 15 s (${bill.cost_usd:.4f})")
+    bill = ShardBill(k, TYPE, PRICE, up_s)
+    assert bill.cost_usd == pytest.approx(k * PRICE * up_s / 3600, rel=1e-12)
+    assert report.runs_on.endswith(f"; {bill.describe()}")
+    assert bill.describe() == (
+        f"PS {k} × {TYPE} (the channel's Redis and {k - 1} EC2 instance"
+        f"{'s' if k > 2 else ''}) at ${PRICE:g}/h each for 15 s: ${bill.cost_usd:.4f}")
+
+
+@pytest.mark.parametrize(("solved", "launched"), [(1, 3), (3, 2), (4, 1)])
+def test_the_shards_launched_are_the_specs_so_shards_overrides_the_plans(
+    target: AwsTarget, network: Network, solved: int, launched: int
+) -> None:
+    """`--shards` sets `LaunchSpec.shards`, which the workers' event carries: the EC2 shards
+    follow it, not the plan's `parameter_server.shards`."""
+    spec = sharded(solved).with_shards(launched)
+    calls = dry_run(spec, target, redis_url=network.redis_url, job="job-override")
+    runs = [call.params for call in calls if call.operation == "RunInstances"]
+    assert [run["MinCount"] for run in runs] == ([launched - 1] if launched > 1 else [])
+    create = next(call for call in calls if call.operation == "CreateFunction")
+    listed = create.params["Environment"]["Variables"].get(REDIS_URLS_ENV, "")
+    assert len(listed.split(",")) == launched if launched > 1 else listed == ""
+    invoke = json.loads(next(c for c in calls if c.operation == "Invoke").params["Payload"])
+    assert invoke.get("shards", 1) == launched
+
+
+@pytest.mark.parametrize("denied", [False, True])
+def test_the_launchers_channel_holds_every_shard_and_closes_them(
+    client: Any, ec2: Any, target: AwsTarget, placement: ShardPlacement, redis_url: str,
+    monkeypatch: pytest.MonkeyPatch, denied: bool,
+) -> None:
+    """`run_aws_job` on a real Redis (shard 0) and three moto shards: once they run, the
+    launcher follows a channel of all four, whose shard clients are made without connecting
+    (their Redis is still installing, and these answer nothing) and closed at the end, a
+    failed deploy's end too; the job's keys are deleted from shard 0."""
+    import redis as redis_py
+
+    from lambdadnn.launcher import channel as channel_module
+
+    made: list[tuple[str, bool]] = []
+    closed: list[str] = []
+    channels: list[Any] = []
+    real_client = channel_module.redis_client
+
+    def recorded_client(url: str, *, option: str = "redis_url", ping: bool = True) -> Any:
+        made.append((url, ping))
+        opened = real_client(url, option=option, ping=ping)
+        close = opened.close
+        opened.close = lambda: (closed.append(url), close())  # type: ignore[method-assign]
+        return opened
+
+    class RecordedChannel(channel_module.ParameterChannel):
+        """Counts the launcher's looks at it."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.looks = 0
+            channels.append(self)
+
+        def progress(self) -> dict[str, Any]:
+            self.looks += 1
+            return super().progress()
+
+    monkeypatch.setattr(channel_module, "redis_client", recorded_client)
+    monkeypatch.setattr(channel_module, "ParameterChannel", RecordedChannel)
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    shard0 = redis_py.Redis.from_url(redis_url)
+    shard0.set(f"lambdadnn:{job}:result", json.dumps({"iterations": 10}))  # done at once
+    clock = FakeClock()
+    machines = Recorded(ec2, clock)
+    functions = Recorded(client, faults={"create_function": ["AccessDeniedException"]}
+                         if denied else None)
+    try:
+        report = run_aws_job(sharded(4), functions, target, redis_url=redis_url, job=job,
+                             following=following(clock),
+                             shards=ShardOptions(ec2=machines, placement=placement))
+        assert not denied and report.status == "done"
+    except AwsLaunchError as refused:
+        assert denied and refused.code == "AccessDeniedException"
+    ids = machines.calls[-1].params["InstanceIds"]
+    assert machines.operations()[-1] == "TerminateInstances" and len(ids) == 3
+    shard_urls = ec2_urls(ec2, ids)
+    assert made == [(redis_url, True), *((url, False) for url in shard_urls)]
+    assert [each.shards for each in channels] == [1, 4]
+    assert channels[1].client is channels[0].client
+    assert channels[0].looks == 0 and channels[1].looks == (0 if denied else 1)
+    assert sorted(closed) == sorted([redis_url, *shard_urls])
+    assert list(shard0.scan_iter(match=f"lambdadnn:{job}:*")) == []
+    shard0.close()
 
 
 def test_a_failed_deploy_still_terminates_the_shards(
@@ -582,7 +768,7 @@ def test_a_failed_deploy_still_terminates_the_shards(
                 channel=done_after(1), following=following(FakeClock()),
                 shards=ShardOptions(ec2=machines))
     assert machines.operations()[-1] == "TerminateInstances"
-    assert len(tagged(ec2, launch_id_of(machines))) == 2
+    assert len(tagged(ec2, launch_id_of(machines))) == 1  # shard 1; shard 0 is the Redis
     assert set(tagged(ec2, launch_id_of(machines)).values()) <= {"shutting-down", "terminated"}
 
 
@@ -618,7 +804,8 @@ def test_a_failed_run_reports_the_shards_bill(
     assert up_s >= 4 * 900
     bill = ShardBill(2, TYPE, PRICE, up_s)
     assert failed.value.report.runs_on.endswith(
-        f"; 2 PS shards {TYPE} up {up_s:.0f} s (${bill.cost_usd:.4f})")
+        f"; PS 2 × {TYPE} (the channel's Redis and 1 EC2 instance) at ${PRICE:g}/h each for "
+        f"{up_s:.0f} s: ${bill.cost_usd:.4f}")
     assert set(tagged(ec2, launch_id_of(machines)).values()) <= {"shutting-down", "terminated"}
 
 
@@ -718,13 +905,13 @@ def test_the_dry_run_records_the_ec2_calls_without_making_them(
         "TerminateInstances", "DeleteFunctionConcurrency", "DeleteFunction",
     ]
     run = calls[1].params
-    assert run["InstanceType"] == TYPE and run["MinCount"] == run["MaxCount"] == 3
+    assert run["InstanceType"] == TYPE and run["MinCount"] == run["MaxCount"] == 2
     assert run["SubnetId"] == "SUBNET-OF-THE-REDIS"  # the placeholders of a dry run
     assert f"requirepass {PASSWORD}" in run["UserData"]
     environment = calls[3].params["Environment"]["Variables"]
-    assert environment[REDIS_URLS_ENV] == ",".join(
-        f"redis://:{PASSWORD}@SHARD-{shard}-HOST:6379/0" for shard in range(3))
-    assert calls[10].params["InstanceIds"] == [f"i-dry-run-shard-{s}" for s in range(3)]
+    assert environment[REDIS_URLS_ENV] == ",".join([network.redis_url, *(
+        f"redis://:{PASSWORD}@SHARD-{shard}-HOST:6379/0" for shard in (1, 2))])
+    assert calls[10].params["InstanceIds"] == [f"i-dry-run-shard-{s}" for s in (1, 2)]
     json.dumps([call.params for call in calls])  # printable as JSON for `--dry-run --json`
 
     given = ShardPlacement(network.subnet_id, (network.redis_group,), network.image_id)
@@ -768,7 +955,9 @@ def test_the_bill_is_the_models_ps_cost_for_the_uptime() -> None:
     assert ShardBill(4, TYPE, PRICE, 3600.0).cost_usd == pytest.approx(4 * PRICE)
     assert ShardBill(2, TYPE, PRICE, 0.0).cost_usd == 0.0
     assert math.isclose(ShardBill(3, TYPE, 0.5, 90.0).cost_usd, 3 * 0.5 * 90 / 3600)
-    assert isinstance(ShardBill(1, TYPE, PRICE, 1.0).describe(), str)
+    assert ShardBill(3, TYPE, 0.5, 90.0).describe() == (
+        f"PS 3 × {TYPE} (the channel's Redis and 2 EC2 instances) at $0.5/h each for 90 s: "
+        "$0.0375")
 
 
 def test_reports_carry_the_bill_in_runs_on(
@@ -778,5 +967,6 @@ def test_reports_carry_the_bill_in_runs_on(
         sharded(2), client, target, redis_url=network.redis_url, job="job-report",
         channel=done_after(2), following=following(FakeClock()), shards=ShardOptions(ec2=ec2))
     assert report.runs_on.startswith(f"function {target.function_name} (x86_64) in {REGION}; ")
-    assert report.runs_on.endswith(f"2 PS shards {TYPE} up 5 s "
-                                   f"(${ShardBill(2, TYPE, PRICE, 5.0).cost_usd:.4f})")
+    assert report.runs_on.endswith(
+        f"; PS 2 × {TYPE} (the channel's Redis and 1 EC2 instance) at $0.108/h each for 5 s: "
+        f"${ShardBill(2, TYPE, PRICE, 5.0).cost_usd:.4f}")

@@ -124,11 +124,12 @@ def test_no_valid_plan_has_no_box() -> None:
 
 def regime_roots(p: Problem, memory_mb: float) -> list[tuple[float, float]]:
     """Where T_train(n, memory_mb) = T_o, by hand: in each (batch, communication) regime
-    T_train = a/n + b + c·n, so the roots of c·n² + (b − T_o)·n + a = 0 that lie in the regime.
+    T_train = a/n + b + c·n (k shards: k·B_p shared), so the roots of c·n² + (b − T_o)·n + a = 0 that lie in the regime.
     Each root comes with its relative distance to the nearest regime boundary."""
     rate = p.alpha1 * min(memory_mb, p.m_sat) + p.beta1
     storage = min(p.alpha2 * memory_mb + p.beta2, p.b_s)
-    work, n_batch, n_comm = p.n_t * p.e, p.b_gmax / p.b_lf, p.b_p / p.b_fmax
+    work, n_batch, n_comm = p.n_t * p.e, p.b_gmax / p.b_lf, p.shards * p.b_p / p.b_fmax
+    shared = p.shards * p.b_p  # the k shards' links together
     found = []
     for fixed_local in (True, False):
         for function_bound in (True, False):
@@ -138,10 +139,11 @@ def regime_roots(p: Problem, memory_mb: float) -> list[tuple[float, float]]:
             if fixed_local and function_bound:
                 a += comm / p.b_fmax
             elif fixed_local or function_bound:
-                b += comm / (p.b_p if fixed_local else p.b_fmax)
+                b += comm / (shared if fixed_local else p.b_fmax)
             else:
-                c += comm / p.b_p
-            latency = 2 * work * p.latency_s / batch  # k·2λ: ∝ 1/n with a fixed local batch
+                c += comm / shared
+            # k·2(λ + shards·c_msg): ∝ 1/n with a fixed local batch
+            latency = 2 * work * (p.latency_s + p.shards * p.message_s) / batch
             if fixed_local:
                 a += latency
             else:

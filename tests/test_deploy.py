@@ -136,10 +136,17 @@ def test_the_template_ships_as_package_data() -> None:
 
 
 def test_the_parameter_server_is_the_priced_vm() -> None:
-    """m5.large is $0.096/h on demand in us-east-1: every shipped instance's PS price."""
-    prices = {yaml.safe_load(path.read_text())["parameter_server"]["price_per_hour"]
-              for path in (ROOT / "instances").glob("*.yaml")}
-    assert prices == {0.096}
+    """m5.large is $0.096/h on demand in us-east-1: every shipped instance's one PS, and the
+    catalogue's m5.large, which the stack's Redis runs on by default."""
+    catalogue = yaml.safe_load((ROOT / "instances" / "servers" / "ec2.yaml").read_text())
+    prices = set()
+    for path in (ROOT / "instances").glob("*.yaml"):
+        server = yaml.safe_load(path.read_text())["parameter_server"]
+        if "catalogue" in server:
+            assert server["catalogue"] == "ec2"
+        else:
+            prices.add(server["price_per_hour"])
+    assert prices == {catalogue["types"]["m5.large"]["price_per_hour"]} == {0.096}
     assert parsed(TEMPLATE.read_text())["Parameters"]["PsInstanceType"]["Default"] == "m5.large"
 
 

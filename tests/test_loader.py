@@ -85,10 +85,21 @@ def assert_instance_equals(instance: Instance, expected: dict[str, Any]) -> None
     storage = instance.profile.storage_bandwidth
     assert (storage.slope, storage.intercept, storage.max_mbps) == tuple(
         expected["profile"]["storage_bandwidth"][k] for k in ("slope", "intercept", "max_mbps"))
-    ps = instance.parameter_server
-    assert (ps.bandwidth_mbps, ps.function_bandwidth_mbps, ps.price_per_hour) == tuple(
-        expected["parameter_server"][k]
-        for k in ("bandwidth_mbps", "function_bandwidth_mbps", "price_per_hour"))
+    ps, given = instance.parameter_server, expected["parameter_server"]
+    if "catalogue" in given:  # every type of the named catalogue at 1..8 shards
+        types = raw(INSTANCES / "servers" / f"{given['catalogue']}.yaml")["types"]
+        assert [(s.type, s.shards) for s in instance.servers] == [
+            (name, k) for name in types for k in range(1, 9)]
+        for server in instance.servers:
+            entry = types[server.type]
+            assert (server.bandwidth_mbps, server.function_bandwidth_mbps,
+                    server.price_per_hour, server.message_s) == (
+                entry["bandwidth_mbps"], given["function_bandwidth_mbps"],
+                entry["price_per_hour"], entry.get("message_s", 0))
+        assert ps == instance.servers[0]
+    else:
+        assert (ps.bandwidth_mbps, ps.function_bandwidth_mbps, ps.price_per_hour) == tuple(
+            given[k] for k in ("bandwidth_mbps", "function_bandwidth_mbps", "price_per_hour"))
     assert instance.objective.deadline_s == expected["objective"]["deadline_s"]
     assert instance.limits == Limits(expected.get("limits", {}).get("max_functions"))
 

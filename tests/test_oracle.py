@@ -27,7 +27,7 @@ from lambdadnn.solver.instance import Instance
 from lambdadnn.solver.instance_yaml import load_instance
 from tests.by_hand import hand, problem_of
 from tests.hang_guard import HANG_GUARD_S
-from tests.oracle import COST_TIE, OracleAnswer, Problem, brute_force, grid, read
+from tests.oracle import COST_TIE, OracleAnswer, Problem, brute_force, grid, read, search
 from tests.strategies import instance_mappings
 
 INSTANCES = Path(__file__).resolve().parent.parent / "instances"
@@ -398,9 +398,12 @@ def test_catalogue_by_the_oracle(entry: dict[str, Any]) -> None:
     as fast; else slower), each in `not_tied` faster but dearer beyond the rule."""
     source = entry["instance"] if isinstance(entry["instance"], dict) else (
         INSTANCES.parent / entry["instance"])
-    problem = read(source, platform=entry.get("platform"), deadline_s=entry.get("deadline_s"))
-    answer = brute_force(problem)
+    found = search(source, platform=entry.get("platform"), deadline_s=entry.get("deadline_s"))
+    answer = found.answer
     expected = entry["expected"]
+    server = expected.get("ps", {"type": None, "shards": 1})
+    problem = found.on(server["type"], server["shards"])[0].problem  # the recorded server
+    assert (server["type"], server["shards"]) in found.tied
     assert (answer.status, answer.functions, answer.memory_mb) == (
         expected["status"], expected["functions"], expected["memory_mb"])
     assert _close(answer.cost_usd, expected["cost_usd"])

@@ -14,8 +14,11 @@ from lambdadnn.models.prices import bill, price_per_second
 
 TIME = sp.Symbol("T", nonnegative=True)
 RESTARTS = sp.Symbol("R", nonnegative=True)
-# The model's cost with its time and restarts as given numbers: T·weight + n·(R + 1)·p_req.
-COST = equations.cost.subs(equations.time, TIME).subs(equations.restarts, RESTARTS)
+# The model's cost with its time and restarts as given numbers: T·weight + n·(R + 1)·p_req;
+# `ps_price_per_hour` is what all the PS's shards cost an hour, so k·p_ps stands as one p_ps.
+SHARDS = {equations.k_ps: 1}
+COST = equations.cost.subs(equations.time, TIME).subs(equations.restarts, RESTARTS).subs(SHARDS)
+WEIGHT = equations.weight.subs(SHARDS)
 
 functions = st.integers(1, 10_000)
 memory = st.integers(128, 10_240)
@@ -38,11 +41,11 @@ def test_the_cost_is_priced_by_time_and_requests_alone() -> None:
 def test_price_per_second_is_the_models_weight(
     n: int, m: int, p_gbs: float, p_ps: float
 ) -> None:
-    expected = _exact(equations.weight, {equations.n: n, equations.m: m,
+    expected = _exact(WEIGHT, {equations.n: n, equations.m: m,
                                          equations.p_gbs: p_gbs, equations.p_ps: p_ps})
     found = price_per_second(n, m, price_per_gb_second=p_gbs, ps_price_per_hour=p_ps)
     assert math.isclose(found, expected, rel_tol=1e-15, abs_tol=1e-300)
-    functions_only = _exact(equations.weight, {equations.n: n, equations.m: m,
+    functions_only = _exact(WEIGHT, {equations.n: n, equations.m: m,
                                                equations.p_gbs: p_gbs, equations.p_ps: 0})
     assert price_per_second(n, m, price_per_gb_second=p_gbs) == functions_only
 

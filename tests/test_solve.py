@@ -57,6 +57,7 @@ def test_catalogue(entry: dict[str, Any]) -> None:
     assert plan.status == expected["status"]
     assert (plan.functions, plan.memory_mb) == (expected["functions"], expected["memory_mb"])
     assert plan.cost_usd == pytest.approx(expected["cost_usd"], rel=1e-9)
+    assert plan.ps == expected.get("ps")
     assert_matches_oracle(plan, source, platform=platform, deadline_s=deadline)
 
 
@@ -220,6 +221,7 @@ def test_the_recheck_allows_the_last_bit_of_a_vectorised_time() -> None:
         profile=dataclasses.replace(base.profile, rate=RateProfile(
             slope=0.0029778516325870393, intercept=11.216574482744514)),
         parameter_server=ParameterServer(1098.0216200677899, 76.86151340474528, 0.096),
+        servers=(),  # that one machine, not the catalogue's choice
     )
     plan = solve(instance, deadline_s=805.4897058450968, guarantee=0.999,
                  noise=NoiseModel(compute_cv=0.21))
