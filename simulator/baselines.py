@@ -33,7 +33,7 @@ import numpy as np
 
 from ..models import performance
 from ..models.noise import NoiseModel, planning_noise
-from ..solver.instance import Instance, MemoryGrid
+from ..solver.instance import Instance, MemoryGrid, ParameterServer
 from ..solver.pipeline import evaluate
 from .adaptive import AdaptiveRun
 from .engine import TrialRun
@@ -69,6 +69,7 @@ class StrategyPlan:
     trials: tuple[tuple[int, float], ...] = ()
     adaptive: Adaptive | None = None
     replanner: Callable[[], Replanner] | None = None
+    server: ParameterServer | None = None  # the PS chosen, when the instance offered choices
 
 
 # A profiling trial under the truth: (functions, memory_mb, iterations, max_s, rng) →

@@ -69,7 +69,7 @@ from .pool import (
     untrainable,
 )
 from .trace import check_seed
-from .truth import Truth
+from .truth import Truth, on_server
 
 DEFAULT_WINDOW_S = 30.0
 DEFAULT_BATCH_SLOT_S = 30.0
@@ -212,13 +212,15 @@ def run_batch(
         for entry in now:
             index = waiting[entry.index]
             job = jobs[index]
-            expected = evaluate(job.instance, functions=entry.functions,
+            chosen = (None, 1) if entry.ps is None else (entry.ps["type"], entry.ps["shards"])
+            expected = evaluate(on_server(job.instance, *chosen), functions=entry.functions,
                                 memory_mb=entry.memory_mb, guarantee=guarantee, noise=belief)
             plan = StrategyPlan(entry.functions, entry.memory_mb, expected.time_s, 0.0, 0,
                                 found=True)
             try:
                 run = simulate_job(
-                    truth.instance(job.instance), entry.functions, entry.memory_mb,
+                    on_server(truth.instance(job.instance), *chosen), entry.functions,
+                    entry.memory_mb,
                     noise=true_noise, rng=job_rng(seed, index, RUN_STREAM),
                 )
             except UntrainablePlan:

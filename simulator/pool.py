@@ -44,7 +44,7 @@ from .engine import (
     simulate_trial,
 )
 from .trace import check_seed
-from .truth import Truth
+from .truth import Truth, on_server
 from .world import World, WorldRun
 from .worlds import WorldRunner
 
@@ -245,8 +245,12 @@ def _run(
     stage's start and its outcome; None when a re-planner had no first plan."""
     run: JobRun | AdaptiveRun | WorldRun
     stages: tuple[tuple[int, float], ...] | None = None
+    instance = job.instance
+    if plan.server is not None:  # the job runs on the server its plan chose
+        chosen = (plan.server.type, plan.server.shards)
+        true_instance, instance = on_server(true_instance, *chosen), on_server(instance, *chosen)
     if runner is not None and plan.replanner is None:
-        run = runner.run(index, job.instance, plan.functions, plan.memory_mb)
+        run = runner.run(index, instance, plan.functions, plan.memory_mb)
         restarts = run.restarts
     elif runner is None and plan.adaptive is None:
         run = simulate_job(

@@ -63,7 +63,9 @@ def lambdadnn_strategy(
             plan = solve(instance, guarantee=guarantee, noise=noise if guarantee else None)
         except NoValidPlanError:
             return StrategyPlan(0, 0, 0.0, 0.0, 0, found=False)
-        return StrategyPlan(plan.functions, plan.memory_mb, plan.time_s, 0.0, 0, found=True)
+        return StrategyPlan(plan.functions, plan.memory_mb, plan.time_s, 0.0, 0, found=True,
+                            server=plan.solved_from.parameter_server if instance.servers
+                            else None)
 
     def plan_for(
         instance: Instance, rng: np.random.Generator, noise: NoiseModel, measure: Measure

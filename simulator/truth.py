@@ -185,3 +185,18 @@ def _perturbed(truth: Truth, belief: Instance) -> Instance:
             platform, restart_overhead_s=platform.restart_overhead_s * truth.startup_scale
         ),
     )
+
+
+def on_server(instance: Instance, ps_type: str | None, shards: int) -> Instance:
+    """`instance` pinned to its own server of that type and shard count (as a plan names it,
+    `ParameterServer.choice`): a plan chosen on a belief's catalogue runs on the truth's
+    machine of that kind, its bandwidth as the truth has it. An instance without choices is
+    its own server."""
+    if not instance.servers:
+        return instance
+    for own in instance.servers:
+        if (own.type, own.shards) == (ps_type, shards):
+            return dataclasses.replace(instance, parameter_server=own, servers=())
+    raise InputError(
+        f"instance {brief(instance.name)} offers no parameter server {ps_type} × {shards}, "
+        "the one its plan chose")

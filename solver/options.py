@@ -26,6 +26,7 @@ from ..models.noise import NoiseModel, PlanningNoise, planning_noise
 from .candidates import enumerate_candidates, pareto
 from .fit_uncertainty import corner
 from .instance import Instance
+from .pipeline import pinned, undominated
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
@@ -106,7 +107,12 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
     """The Pareto front of plans with at most `max_functions` functions (and the instance's
     own limits) taking at most `slowest_s`, planned as `solve(guarantee=, noise=)` plans
     (inputs already checked; a profiled instance at its fit's adverse corner); empty when
-    none does."""
+    none does. An instance that chooses its parameter server has the front of the plans on
+    all its servers together (those another beats left out, as `solve()` leaves them)."""
+    if instance.servers:
+        return merged([options(pinned(instance, instance.servers[i]), guarantee=guarantee,
+                               noise=noise, max_functions=max_functions, slowest_s=slowest_s)
+                       for i in undominated(instance.servers)])
     limit = min(max_functions, instance.max_functions)
     key = (instance.undated_key(), guarantee, noise, limit)  # a front serves every deadline
     with _lock:

@@ -124,8 +124,9 @@ def test_no_valid_plan_has_no_box() -> None:
 
 def regime_roots(p: Problem, memory_mb: float) -> list[tuple[float, float]]:
     """Where T_train(n, memory_mb) = T_o, by hand: in each (batch, communication) regime
-    T_train = a/n + b + c·n (k shards: k·B_p shared), so the roots of c·n² + (b − T_o)·n + a = 0 that lie in the regime.
-    Each root comes with its relative distance to the nearest regime boundary."""
+    T_train = a/n + b + c·n (k shards: k·B_p shared), so the roots of c·n² + (b − T_o)·n + a
+    = 0 that lie in the regime. Each root comes with its relative distance to the nearest
+    regime boundary."""
     rate = p.alpha1 * min(memory_mb, p.m_sat) + p.beta1
     storage = min(p.alpha2 * memory_mb + p.beta2, p.b_s)
     work, n_batch, n_comm = p.n_t * p.e, p.b_gmax / p.b_lf, p.shards * p.b_p / p.b_fmax
