@@ -113,7 +113,21 @@ def box(
     ⌊vcpu_memory_mb / n⌋ and n where that cap falls below the smallest valid size; the same
     monotonicity puts each row's fastest plan at its own cap (`row_hi`).
     """
+    return boxes([values], memory, max_functions=max_functions, min_memory_mb=min_memory_mb,
+                 deadline_s=deadline_s, noise=noise, vcpu_memory_mb=vcpu_memory_mb)[0]
+
+
+def boxes(
+    servers: list[tuple[float, ...]], memory: Array, *, max_functions: int,
+    min_memory_mb: float, deadline_s: float, noise: model.NoiseTerms | None = None,
+    vcpu_memory_mb: int | None = None,
+) -> list[Box | None]:
+    """`box` of one instance on each of several parameter servers (`servers`: each one's
+    parameter vector, differing in the PS's parameters only): validity, the memory bounds
+    and the rows do not depend on the PS, so they are found once, and every server's times
+    at the rows' tops come from one evaluation (`performance.per_server`)."""
     compiled = model.program()
+    values = model.per_server(servers)
     with np.errstate(all="ignore"):  # a zero slope: no threshold
         thresholds = compiled.thresholds(*values)
     rate_root, storage_root, storage_cap, batch_limit = map(float, thresholds)
@@ -121,38 +135,31 @@ def box(
     rate, storage = _per_memory(values, memory)
     m_lo = _lowest(rate, storage, memory, min_memory_mb)
     if m_lo == len(memory):
-        return None
+        return [None] * len(servers)
     m_hi = max(m_lo, _first((rate == rate[-1]) & (storage == storage[-1])))
     n_valid = min(max_functions, math.floor(batch_limit))
     if vcpu_memory_mb is not None:
         n_valid = min(n_valid, vcpu_memory_mb // int(memory[m_lo]))
     if n_valid < 1:
-        return None
-    functions = np.arange(1, n_valid + 1, dtype=np.int64)
-    row_hi = np.full(n_valid, m_hi, dtype=np.int64)
+        return [None] * len(servers)
+    every = np.arange(1, n_valid + 1, dtype=np.int64)
+    top = np.full(n_valid, m_hi, dtype=np.int64)
     if vcpu_memory_mb is not None:  # the last size ≤ ⌊budget / n⌋: ≥ m_lo for n ≤ n_valid
-        cap = np.searchsorted(memory, vcpu_memory_mb // functions, side="right") - 1
-        row_hi = np.minimum(row_hi, cap)
+        cap = np.searchsorted(memory, vcpu_memory_mb // every, side="right") - 1
+        top = np.minimum(top, cap)
     # Crashes: a plan whose crash load reaches 1 never finishes (its times are +∞). The loads
     # fall as m grows (proved), so an n that fails at its largest memory fails at every size.
     checked = model.deadline_figure(noise)
     names = (checked, "crash_load", "crash_load_quantile")
-    found = model.figures(values, functions, memory[row_hi], names, noise)
-    finishes = ~((found["crash_load"] >= 1) | (found["crash_load_quantile"] >= 1))
-    if not finishes.any():
-        return None
-    functions, row_hi, envelope = functions[finishes], row_hi[finishes], found[checked][finishes]
-    meets = envelope <= deadline_s
-    deadline_met = bool(meets.any())
-    if deadline_met:
-        n_min, n_max = int(functions[meets][0]), int(functions[meets][-1])
+    if len(servers) == 1:
+        found = model.figures(values, every, memory[top], names, noise)
+        rows = [found]
     else:
-        n_min, n_max = int(functions[0]), int(functions[-1])
-    grid_points = max_functions * len(memory)
-    dropped = n_valid - len(functions)
-    never = f"; {dropped} never finish: crash load n·φ·c ≥ 1 even there" if dropped else ""
-    inside = (functions >= n_min) & (functions <= n_max)
-    box_points = int((row_hi[inside] - m_lo + 1).sum())
+        shape = (len(servers), n_valid)
+        found = model.figures(
+            model.at(values, np.arange(len(servers)), column=True),
+            np.broadcast_to(every, shape), np.broadcast_to(memory[top], shape), names, noise)
+        rows = [{name: found[name][s] for name in names} for s in range(len(servers))]
 
     def mb(value: float) -> str:
         return f"{value:,.1f} MB" if math.isfinite(value) else "none"
@@ -164,19 +171,8 @@ def box(
     m_sat = params["m_sat"]
     sat_at = mb(m_sat) if alpha1 > 0 else "everywhere (α1 = 0)"
     at = f"{memory[m_hi]:g} MB" if vcpu_memory_mb is None else "its largest memory in the limit"
-    deadline_text = (
-        f"T(n, {at}) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
-        f"({int(meets.sum())} of {n_valid} values of n{never})"
-        if deadline_met else
-        f"no n meets T_o = {deadline_s:g} s even at {at}; every valid n kept to find the "
-        "fastest plan"
-    )
-    vcpu = () if vcpu_memory_mb is None else (
-        f"n·m ≤ {vcpu_memory_mb:,} MB (the platform's max_vcpu in MB of functions): "
-        f"row n keeps m ≤ ⌊{vcpu_memory_mb:,} / n⌋ MB (down to {memory[row_hi[-1]]:g} MB at "
-        f"n = {n_valid}), and n ≤ {vcpu_memory_mb // int(memory[m_lo])} keeps one valid size",
-    )
-    derivations = (
+    grid_points = max_functions * len(memory)
+    shared = (
         f"m ≥ {memory[m_lo]:g} MB: validity R(m) > 0 ⇔ m > {rate_at} (R = α1·m + β1 = 0 "
         f"solved for m), B_f^s(m) > 0 ⇔ m > {storage_at}, and min_memory_mb "
         f"{min_memory_mb:g}; the first grid size satisfying all three",
@@ -185,15 +181,48 @@ def box(
         "cheaper; the first grid size past both thresholds",
         f"n ≤ {n_valid}: validity b_l = b_g^max/n ≥ 1 ⇔ n ≤ {batch_limit:g} (solved for n), "
         f"and the concurrency limit {max_functions}",
-        *vcpu,
-        f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all {compiled.regimes_proved} "
-        f"regimes and T non-decreasing in T_train, so T(n, m) ≥ T(n, m_max); {deadline_text}",
     )
-    bounds = Bounds(
-        n_min, n_max, int(memory[m_lo]), int(memory[m_hi]), deadline_met, grid_points,
-        box_points, box_points, derivations,
-    )
-    return Box(bounds, memory, m_lo, m_hi, functions, row_hi, envelope)
+    out: list[Box | None] = []
+    for row in rows:
+        finishes = ~((row["crash_load"] >= 1) | (row["crash_load_quantile"] >= 1))
+        if not finishes.any():
+            out.append(None)
+            continue
+        functions, row_hi, envelope = every[finishes], top[finishes], row[checked][finishes]
+        meets = envelope <= deadline_s
+        deadline_met = bool(meets.any())
+        if deadline_met:
+            n_min, n_max = int(functions[meets][0]), int(functions[meets][-1])
+        else:
+            n_min, n_max = int(functions[0]), int(functions[-1])
+        dropped = n_valid - len(functions)
+        never = f"; {dropped} never finish: crash load n·φ·c ≥ 1 even there" if dropped else ""
+        inside = (functions >= n_min) & (functions <= n_max)
+        box_points = int((row_hi[inside] - m_lo + 1).sum())
+        deadline_text = (
+            f"T(n, {at}) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
+            f"({int(meets.sum())} of {n_valid} values of n{never})"
+            if deadline_met else
+            f"no n meets T_o = {deadline_s:g} s even at {at}; every valid n kept to find the "
+            "fastest plan"
+        )
+        vcpu = () if vcpu_memory_mb is None else (
+            f"n·m ≤ {vcpu_memory_mb:,} MB (the platform's max_vcpu in MB of functions): "
+            f"row n keeps m ≤ ⌊{vcpu_memory_mb:,} / n⌋ MB (down to {memory[row_hi[-1]]:g} MB "
+            f"at n = {n_valid}), and n ≤ {vcpu_memory_mb // int(memory[m_lo])} keeps one "
+            "valid size",
+        )
+        derivations = (
+            *shared, *vcpu,
+            f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all {compiled.regimes_proved} "
+            f"regimes and T non-decreasing in T_train, so T(n, m) ≥ T(n, m_max); {deadline_text}",
+        )
+        bounds = Bounds(
+            n_min, n_max, int(memory[m_lo]), int(memory[m_hi]), deadline_met, grid_points,
+            box_points, box_points, derivations,
+        )
+        out.append(Box(bounds, memory, m_lo, m_hi, functions, row_hi, envelope))
+    return out
 
 
 def cost_lower_bound(

@@ -301,15 +301,17 @@ def _choose_server(
     started = time.perf_counter()
     servers = given.servers
     planning = planning_terms(given, guarantee, noise)
+    candidates = undominated(servers)
+    instances = [corner(pinned(given, servers[i]), planning)[0] for i in candidates]
+    first_one = instances[0]
+    found_boxes = model_bounds.boxes(
+        [instance.values() for instance in instances], first_one.platform.memory.values(),
+        max_functions=first_one.max_functions, min_memory_mb=first_one.min_memory_mb,
+        deadline_s=first_one.objective.deadline_s, noise=planning,
+        vcpu_memory_mb=first_one.platform.vcpu_memory_mb,
+    )
     kept, loaded, boxes = [], [], []
-    for i in undominated(servers):
-        instance, _ = corner(pinned(given, servers[i]), planning)
-        box = model_bounds.box(
-            instance.values(), instance.platform.memory.values(),
-            max_functions=instance.max_functions, min_memory_mb=instance.min_memory_mb,
-            deadline_s=instance.objective.deadline_s, noise=planning,
-            vcpu_memory_mb=instance.platform.vcpu_memory_mb,
-        )
+    for i, instance, box in zip(candidates, instances, found_boxes, strict=True):
         if box is not None:
             kept.append(i)
             loaded.append(instance)
