@@ -371,7 +371,8 @@ def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
 
     plan = solve(instance, platform=platform)
     b = plan.bounds
-    crossings = deadline_crossings(instance, memory_mb=b.m_max, platform=platform)
+    # on the plan's own parameter server, when the instance offers several
+    crossings = deadline_crossings(plan.solved_from, memory_mb=b.m_max)
     if as_json:
         _emit_json({**b.to_dict(), "crossings": [
             {"regime": c.regime, "functions": c.functions} for c in crossings]})
@@ -1253,7 +1254,9 @@ def _ids(text: str | None) -> tuple[str, ...]:
                    "itself ends with it. A job's keys expire a day after its deadline.")
 @click.option("--shards", type=int, default=None, metavar="K",
               help="Parameter-server shards to run (1 to 16) instead of the plan's "
-                   "`parameter_server.shards`; locally a redis-server each.")
+                   "`parameter_server.shards`; locally a redis-server each, on AWS the "
+                   "stack's Redis and K-1 EC2 instances of the plan's PS type beside it "
+                   "(paid while the launch runs, terminated when it ends).")
 @click.option("--truth-file", "truth_file", metavar="WORLD.yaml",
               type=click.Path(dir_okay=False, path_type=Path),
               help="Rehearse: play the launch in this world of the independent engine "

@@ -1115,6 +1115,56 @@ class AwsLauncher:
                     f"{response.get('StatusCode')}): check the function's state and launch again"
                 )
 
+    def invoke_restore(self, event: Mapping[str, Any]) -> int | None:
+        """Run `event` (`action` "restore") in the function and wait for its answer: the
+        iteration every PS shard is back at, or None when the job holds no checkpoint.
+
+        Synchronous (RequestResponse), since the next round must not start before it is
+        done, and through `_call`: a throttled invocation never ran, and a restore run twice
+        restores the same checkpoint, so it is retried like any other call. A failure of
+        the function, or an answer that is no restore's, is an `AwsLaunchError`.
+        """
+        name = self.target.function_name
+        response = self._call("invoke", FunctionName=name, InvocationType="RequestResponse",
+                              Payload=json.dumps(dict(event)))
+        body = response.get("Payload", b"")
+        raw = body.read() if hasattr(body, "read") else body
+        try:
+            answer = json.loads(raw) if raw else None
+        except (TypeError, ValueError):
+            answer = None
+        fields: Mapping[str, Any] = answer if isinstance(answer, dict) else {}
+        job = brief(event.get("job"))
+        logs = (f"read the function's CloudWatch logs (log group /aws/lambda/{name}), fix what "
+                "they show, and launch again")
+
+        def word(value: object) -> str:  # an error's type: as is when it is one word
+            if isinstance(value, str) and re.fullmatch(r"[\w.:-]{1,60}", value, re.ASCII):
+                return value
+            return brief(value, 60)
+
+        if response.get("FunctionError"):
+            raise AwsLaunchError(
+                f"function {name!r} failed to restore the PS shards of job {job} to its "
+                f"checkpoint ({word(response['FunctionError'])}: "
+                f"{word(fields.get('errorType'))}: {brief(fields.get('errorMessage'), 300)}): "
+                f"{logs}"
+            )
+        status, iteration = fields.get("status"), fields.get("iteration")
+        if status == "no-checkpoint" and iteration is None:
+            return None
+        if status != "restored" or isinstance(iteration, bool) or not isinstance(
+                iteration, int) or iteration < 0:
+            # Only these two fields are shown: the rest may echo the URLs and their password.
+            shown = (f"status {brief(status, 40)} and iteration {brief(iteration, 40)}"
+                     if isinstance(answer, dict) else "no JSON object")
+            raise AwsLaunchError(
+                f"function {name!r} answered the restore of the PS shards of job {job} with "
+                f"{shown}, not the iteration they are back at: its code may predate the "
+                f"restore (deploy the current image); {logs}"
+            )
+        return iteration
+
     # -- cleanup -----------------------------------------------------------------------------
 
     def cleanup(self) -> None:
@@ -1160,18 +1210,19 @@ class Following:
 class AwsBackend:
     """A plan's ranks as asynchronous invocations of one Lambda function (a `Backend`).
 
-    `setup` checks the plan's PS type against the channel's Redis (shard 0) when `shards`
-    gives an EC2 client, starts shards 1..k-1 when the launch runs k > 1 (`start_shards`),
-    then has `channel` become `with_shards(their URLs)` (the launcher's channel over every
-    shard, whose clients its caller closes), and deploys the function (`AwsLauncher.deploy`)
-    with every shard's URL; `reconfigure` resizes it between the rounds of an adaptive launch,
-    `stop` terminates the shards and deletes what it created; `shard_bill` is then what the k
-    shards cost. `interrupt` raises a noted stop signal: it is checked before each AWS call
-    and after each pause. Lambda's Timeout is whole seconds, so the function gets
-    ⌈timeout_s⌉ and the workers a margin larger by the difference: they stop where a limit of
-    exactly `timeout_s` would stop them, which is what the report's prediction assumes. A
-    round in which nothing moved means the workers never ran: that is an error, not a reason
-    to retry.
+    `setup` checks the plan's PS type against the channel's Redis (shard 0) when `shards` gives
+    an EC2 client, starts shards 1..k-1 when the launch runs k > 1 (`start_shards`), then has
+    `channel` become `with_shards(their URLs)` (the launcher's channel over every shard, whose
+    clients its caller closes), and deploys the function (`AwsLauncher.deploy`) with every
+    shard's URL; `rewind` after a round cut short has the function itself put every shard back
+    at the checkpoint when k > 1 (`AwsLauncher.invoke_restore`: shards 1..k-1 are reached only
+    inside the VPC); `reconfigure` resizes it between the rounds of an adaptive launch, `stop`
+    terminates the shards and deletes what it created; `shard_bill` is then what the k shards
+    cost. `interrupt` raises a noted stop signal: it is checked before each AWS call and after
+    each pause. Lambda's Timeout is whole seconds, so the function gets ⌈timeout_s⌉ and the
+    workers a margin larger by the difference: they stop where a limit of exactly `timeout_s`
+    would stop them, which is what the report's prediction assumes. A round in which nothing
+    moved means the workers never ran: that is an error, not a reason to retry.
     """
 
     name = "aws"
@@ -1303,7 +1354,31 @@ class AwsBackend:
         return len(returned) == self._functions
 
     def rewind(self, iteration: int) -> int:
-        return iteration  # the workers resume from the checkpoint themselves
+        """With one shard, `iteration`: its live state is always consistent, and the next
+        round's workers resume from it themselves. With k > 1, a worker that died
+        mid-exchange can leave the shards at different live iterations, so every shard goes
+        back to shard 0's checkpoint, as `LocalBackend.rewind` does; shards 1..k-1 are at
+        private VPC addresses, so the function does it (`AwsLauncher.invoke_restore`), given
+        the channel's fields of the workers' event and every shard's URL."""
+        if self._shard_count == 1:
+            return iteration
+        event: dict[str, Any] = {
+            "action": "restore", "job": self.job, "redis_url": self.redis_url,
+            "workers": self._functions or self._spec.functions, "shards": self._shard_count,
+            "key_ttl_s": self._spec.key_ttl_s,
+        }
+        if self._shards is not None:
+            event["redis_urls"] = [self.redis_url, *self._shards.urls]
+        restored = self._launcher.invoke_restore(event)
+        if restored is None:
+            name = self._target.function_name
+            raise AwsLaunchError(
+                f"job {self.job!r} holds no checkpoint to resume its {self._shard_count} PS "
+                f"shards from after iteration {iteration} (function {name!r} found none in the "
+                "channel's Redis: its keys expired or were deleted): read the function's "
+                f"CloudWatch logs (log group /aws/lambda/{name}), then launch again"
+            )
+        return restored
 
     def reconfigure(self, functions: int, memory_mb: int) -> None:
         self._launcher.resize(functions, memory_mb)

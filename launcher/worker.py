@@ -7,7 +7,9 @@ on its slice of each iteration's global batch, and keeps no state of its own bet
 iterations: the global batch of iteration i is a function of (seed, i, its size) over the
 whole training set, rank r of n takes the r-th of n near-equal slices of it, and the model and
 momentum live in the channel. So a relaunched worker continues exactly where the channel is,
-and a group relaunched with another n trains on the very same batches.
+and a group relaunched with another n trains on the very same batches. Given `action`
+"restore", it puts a sharded job's PS shards back to its checkpoint instead: the AWS launcher
+asks the function for that, since only the function reaches shards 1..k-1.
 
 torch and scikit-learn are imported here, at module level, so that on Lambda (and in the local
 backend) their import is part of the init phase, not of the invocation's timeout.
@@ -18,7 +20,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,6 +31,7 @@ import sklearn.model_selection  # noqa: F401
 import torch
 from torch import nn
 
+from ..inputs.files import brief
 from .channel import (
     DEFAULT_KEY_TTL_S,
     REDIS_URLS_ENV,
@@ -159,7 +163,8 @@ def shard_urls(event: dict[str, Any]) -> list[str]:
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Train from the channel's live iteration until done or the invocation's deadline nears.
+    """Train from the channel's live iteration until done or the invocation's deadline nears;
+    or, given `action` "restore", put every PS shard back to the job's checkpoint.
 
     Event: `rank`, `workers`, `job`, `redis_url`, `iterations` (total), `global_batch` (B,
     split over the ranks; default `local_batch` × `workers`), `checkpoint_every` (K),
@@ -175,8 +180,38 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     reads a round's timings while it runs. A loss or gradient that is NaN or infinite (the
     training diverged), or parameters read back that are, raise `UnrecoverableError`: the
     launcher then ends the run as failed, never as done.
+
+    `action` "restore" (the AWS launcher, between two rounds of a sharded launch: shards
+    1..k-1 are at VPC addresses that only the function reaches) needs only the channel's
+    fields (`job`, `workers`, `redis_url`, `shards`, `redis_urls`, `key_ttl_s`) and returns
+    `_restore`'s answer. Any other `action` is an `UnrecoverableError`, raised before
+    anything connects: no event selects code beyond these two.
     """
+    restoring = _action(event)
     torch.set_num_threads(1)
+    with _channel(event) as channel:
+        if restoring:
+            return _restore(event, channel)
+        return _train(event, context, channel)
+
+
+def _action(event: dict[str, Any]) -> bool:
+    """Whether the event asks for a restore (`action` "restore") rather than training (no
+    `action`); any other `action` is refused."""
+    if "action" not in event:
+        return False
+    if event["action"] != "restore":
+        raise UnrecoverableError(
+            f"the event's `action` is {brief(event['action'])}; the worker runs only "
+            '"restore" (or, without an `action`, trains)'
+        )
+    return True
+
+
+@contextmanager
+def _channel(event: dict[str, Any]) -> Iterator[ParameterChannel]:
+    """The event's channel over every shard (`shard_urls`), as a rank trains on it; its
+    clients and shard threads end with the block."""
     with ExitStack() as stack:
         client, *others = (stack.enter_context(redis.Redis.from_url(url))
                            for url in shard_urls(event))
@@ -186,7 +221,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             key_ttl_s=int(event.get("key_ttl_s", DEFAULT_KEY_TTL_S)), shard_clients=others,
         )
         stack.callback(channel.close)
-        return _train(event, context, channel)
+        yield channel
+
+
+def _restore(event: dict[str, Any], channel: ParameterChannel) -> dict[str, Any]:
+    """`ParameterChannel.restore` on every shard: `{"status": "restored", "iteration"}`, the
+    checkpoint's iteration, or `{"status": "no-checkpoint", "iteration": None}` when the
+    job holds none (never initialised here, or its keys expired). No rank runs meanwhile
+    (the launcher restores between rounds), so nothing races it."""
+    iteration = channel.restore()
+    status = "no-checkpoint" if iteration is None else "restored"
+    return {"status": status, "job": event["job"], "iteration": iteration}
 
 
 class _Clock:

@@ -12,8 +12,10 @@ solver prunes with. This module imports numpy only (SymPy just for `deadline_cro
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -65,13 +67,24 @@ class Bounds:
 class Box:
     """Bounds for one instance, with the arrays the solver reuses (indices into the grid)."""
 
-    bounds: Bounds
     memory: Array
     m_lo: int
     m_hi: int
     functions: npt.NDArray[np.int64]
     row_hi: npt.NDArray[np.int64]  # per n: the largest useful memory index within the vCPU limit
     envelope_time: Array  # per n: the time checked against the deadline at memory[row_hi]
+    deadline_met: bool
+    n_min: int
+    n_max: int
+    box_points: int
+    explain: Callable[[], Bounds] = field(repr=False, compare=False)
+    top: Mapping[str, Array] = field(default_factory=dict, repr=False, compare=False)
+
+    @functools.cached_property
+    def bounds(self) -> Bounds:
+        """The bounds with their derivations, written out only for a box a plan reports (a
+        choice over many servers needs the numbers of each, the text of one)."""
+        return self.explain()
 
 
 def _first(mask: npt.NDArray[np.bool_]) -> int:
@@ -99,7 +112,7 @@ def _lowest(rate: Array, storage: Array, memory: Array, min_memory_mb: float) ->
 def box(
     values: tuple[float, ...], memory: Array, *, max_functions: int, min_memory_mb: float,
     deadline_s: float, noise: model.NoiseTerms | None = None,
-    vcpu_memory_mb: int | None = None,
+    vcpu_memory_mb: int | None = None, tops: tuple[str, ...] = (),
 ) -> Box | None:
     """Integer bounds for one instance, or None when no plan within its limits is valid.
 
@@ -114,18 +127,19 @@ def box(
     monotonicity puts each row's fastest plan at its own cap (`row_hi`).
     """
     return boxes([values], memory, max_functions=max_functions, min_memory_mb=min_memory_mb,
-                 deadline_s=deadline_s, noise=noise, vcpu_memory_mb=vcpu_memory_mb)[0]
+                 deadline_s=deadline_s, noise=noise, vcpu_memory_mb=vcpu_memory_mb, tops=tops)[0]
 
 
 def boxes(
     servers: list[tuple[float, ...]], memory: Array, *, max_functions: int,
     min_memory_mb: float, deadline_s: float, noise: model.NoiseTerms | None = None,
-    vcpu_memory_mb: int | None = None,
+    vcpu_memory_mb: int | None = None, tops: tuple[str, ...] = (),
 ) -> list[Box | None]:
     """`box` of one instance on each of several parameter servers (`servers`: each one's
     parameter vector, differing in the PS's parameters only): validity, the memory bounds
     and the rows do not depend on the PS, so they are found once, and every server's times
-    at the rows' tops come from one evaluation (`performance.per_server`)."""
+    at the rows' tops come from one evaluation (`performance.per_server`), with the figures
+    `tops` there too (`Box.top`, for a search that starts from the tops)."""
     compiled = model.program()
     values = model.per_server(servers)
     with np.errstate(all="ignore"):  # a zero slope: no threshold
@@ -150,7 +164,7 @@ def boxes(
     # Crashes: a plan whose crash load reaches 1 never finishes (its times are +∞). The loads
     # fall as m grows (proved), so an n that fails at its largest memory fails at every size.
     checked = model.deadline_figure(noise)
-    names = (checked, "crash_load", "crash_load_quantile")
+    names = tuple(dict.fromkeys((checked, "crash_load", "crash_load_quantile", *tops)))
     if len(servers) == 1:
         found = model.figures(values, every, memory[top], names, noise)
         rows = [found]
@@ -161,27 +175,31 @@ def boxes(
             np.broadcast_to(every, shape), np.broadcast_to(memory[top], shape), names, noise)
         rows = [{name: found[name][s] for name in names} for s in range(len(servers))]
 
-    def mb(value: float) -> str:
-        return f"{value:,.1f} MB" if math.isfinite(value) else "none"
-
-    alpha1, alpha2 = params["alpha1"], params["alpha2"]
-    rate_at = mb(rate_root) if alpha1 > 0 else "none (α1 = 0: R is constant)"
-    storage_at = mb(storage_root) if alpha2 > 0 else "none (α2 = 0)"
-    cap_at = mb(storage_cap) if alpha2 > 0 else "none (α2 = 0)"
-    m_sat = params["m_sat"]
-    sat_at = mb(m_sat) if alpha1 > 0 else "everywhere (α1 = 0)"
-    at = f"{memory[m_hi]:g} MB" if vcpu_memory_mb is None else "its largest memory in the limit"
     grid_points = max_functions * len(memory)
-    shared = (
-        f"m ≥ {memory[m_lo]:g} MB: validity R(m) > 0 ⇔ m > {rate_at} (R = α1·m + β1 = 0 "
-        f"solved for m), B_f^s(m) > 0 ⇔ m > {storage_at}, and min_memory_mb "
-        f"{min_memory_mb:g}; the first grid size satisfying all three",
-        f"m ≤ {memory[m_hi]:g} MB: ∂T/∂m = 0 once m ≥ m_sat ({sat_at}) and α2·m + β2 ≥ B_s "
-        f"(solved: m ≥ {cap_at}), while ∂weight/∂m = n·p_gbs/1024 ≥ 0, so no larger size is "
-        "cheaper; the first grid size past both thresholds",
-        f"n ≤ {n_valid}: validity b_l = b_g^max/n ≥ 1 ⇔ n ≤ {batch_limit:g} (solved for n), "
-        f"and the concurrency limit {max_functions}",
-    )
+    at = f"{memory[m_hi]:g} MB" if vcpu_memory_mb is None else "its largest memory in the limit"
+
+    def shared() -> tuple[str, ...]:
+        """The derivations every server's box shares (memory, validity)."""
+        def mb(value: float) -> str:
+            return f"{value:,.1f} MB" if math.isfinite(value) else "none"
+
+        alpha1, alpha2 = params["alpha1"], params["alpha2"]
+        rate_at = mb(rate_root) if alpha1 > 0 else "none (α1 = 0: R is constant)"
+        storage_at = mb(storage_root) if alpha2 > 0 else "none (α2 = 0)"
+        cap_at = mb(storage_cap) if alpha2 > 0 else "none (α2 = 0)"
+        m_sat = params["m_sat"]
+        sat_at = mb(m_sat) if alpha1 > 0 else "everywhere (α1 = 0)"
+        return (
+            f"m ≥ {memory[m_lo]:g} MB: validity R(m) > 0 ⇔ m > {rate_at} (R = α1·m + β1 = 0 "
+            f"solved for m), B_f^s(m) > 0 ⇔ m > {storage_at}, and min_memory_mb "
+            f"{min_memory_mb:g}; the first grid size satisfying all three",
+            f"m ≤ {memory[m_hi]:g} MB: ∂T/∂m = 0 once m ≥ m_sat ({sat_at}) and α2·m + β2 ≥ B_s "
+            f"(solved: m ≥ {cap_at}), while ∂weight/∂m = n·p_gbs/1024 ≥ 0, so no larger size is "
+            "cheaper; the first grid size past both thresholds",
+            f"n ≤ {n_valid}: validity b_l = b_g^max/n ≥ 1 ⇔ n ≤ {batch_limit:g} (solved for n), "
+            f"and the concurrency limit {max_functions}",
+        )
+
     out: list[Box | None] = []
     for row in rows:
         finishes = ~((row["crash_load"] >= 1) | (row["crash_load_quantile"] >= 1))
@@ -191,37 +209,42 @@ def boxes(
         functions, row_hi, envelope = every[finishes], top[finishes], row[checked][finishes]
         meets = envelope <= deadline_s
         deadline_met = bool(meets.any())
-        if deadline_met:
-            n_min, n_max = int(functions[meets][0]), int(functions[meets][-1])
-        else:
-            n_min, n_max = int(functions[0]), int(functions[-1])
-        dropped = n_valid - len(functions)
-        never = f"; {dropped} never finish: crash load n·φ·c ≥ 1 even there" if dropped else ""
+        n_min, n_max = ((int(functions[meets][0]), int(functions[meets][-1])) if deadline_met
+                        else (int(functions[0]), int(functions[-1])))
         inside = (functions >= n_min) & (functions <= n_max)
         box_points = int((row_hi[inside] - m_lo + 1).sum())
-        deadline_text = (
-            f"T(n, {at}) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
-            f"({int(meets.sum())} of {n_valid} values of n{never})"
-            if deadline_met else
-            f"no n meets T_o = {deadline_s:g} s even at {at}; every valid n kept to find the "
-            "fastest plan"
-        )
-        vcpu = () if vcpu_memory_mb is None else (
-            f"n·m ≤ {vcpu_memory_mb:,} MB (the platform's max_vcpu in MB of functions): "
-            f"row n keeps m ≤ ⌊{vcpu_memory_mb:,} / n⌋ MB (down to {memory[row_hi[-1]]:g} MB "
-            f"at n = {n_valid}), and n ≤ {vcpu_memory_mb // int(memory[m_lo])} keeps one "
-            "valid size",
-        )
-        derivations = (
-            *shared, *vcpu,
-            f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all {compiled.regimes_proved} "
-            f"regimes and T non-decreasing in T_train, so T(n, m) ≥ T(n, m_max); {deadline_text}",
-        )
-        bounds = Bounds(
-            n_min, n_max, int(memory[m_lo]), int(memory[m_hi]), deadline_met, grid_points,
-            box_points, box_points, derivations,
-        )
-        out.append(Box(bounds, memory, m_lo, m_hi, functions, row_hi, envelope))
+
+        def explain(functions: npt.NDArray[np.int64] = functions,
+                    row_hi: npt.NDArray[np.int64] = row_hi, meets: npt.NDArray[np.bool_] = meets,
+                    deadline_met: bool = deadline_met, n_min: int = n_min, n_max: int = n_max,
+                    box_points: int = box_points) -> Bounds:
+            dropped = n_valid - len(functions)
+            never = f"; {dropped} never finish: crash load n·φ·c ≥ 1 even there" if dropped else ""
+            deadline_text = (
+                f"T(n, {at}) ≤ T_o = {deadline_s:g} s holds for n = {n_min}..{n_max} "
+                f"({int(meets.sum())} of {n_valid} values of n{never})"
+                if deadline_met else
+                f"no n meets T_o = {deadline_s:g} s even at {at}; every valid n kept to find "
+                "the fastest plan"
+            )
+            vcpu = () if vcpu_memory_mb is None else (
+                f"n·m ≤ {vcpu_memory_mb:,} MB (the platform's max_vcpu in MB of functions): "
+                f"row n keeps m ≤ ⌊{vcpu_memory_mb:,} / n⌋ MB (down to {memory[row_hi[-1]]:g} "
+                f"MB at n = {n_valid}), and n ≤ {vcpu_memory_mb // int(memory[m_lo])} keeps one "
+                "valid size",
+            )
+            derivations = (
+                *shared(), *vcpu,
+                f"n ∈ [{n_min}, {n_max}]: ∂T_train/∂m ≤ 0 proved in all "
+                f"{compiled.regimes_proved} regimes and T non-decreasing in T_train, so "
+                f"T(n, m) ≥ T(n, m_max); {deadline_text}",
+            )
+            return Bounds(n_min, n_max, int(memory[m_lo]), int(memory[m_hi]), deadline_met,
+                          grid_points, box_points, box_points, derivations)
+
+        out.append(Box(memory, m_lo, m_hi, functions, row_hi, envelope, deadline_met, n_min,
+                       n_max, box_points, explain,
+                       {name: row[name][finishes] for name in tops}))
     return out
 
 

@@ -106,14 +106,9 @@ def at(values: tuple[float, ...], which: npt.NDArray[np.int64], *,
        column: bool = False) -> tuple[float, ...]:
     """`values` (from `per_server`) for rows on servers `which` (as a column of a 2-D array
     with `column`): each per-server array indexed, each number as it is."""
-    picked = []
-    for value in values:
-        if np.ndim(value):
-            rows = np.asarray(value)[which]
-            picked.append(cast(float, rows[:, None] if column else rows))
-        else:
-            picked.append(value)
-    return tuple(picked)
+    index = which[:, None] if column else which
+    return tuple(cast(float, value[index]) if isinstance(value, np.ndarray) else value
+                 for value in values)
 
 
 def deadline_figure(noise: NoiseTerms | None) -> str:

@@ -119,7 +119,7 @@ def enumerate_candidates(
             which = None if which is None else which[~leaf]
             if not len(n):
                 break
-        starts, ends = _pieces(lo, hi)
+        starts, ends = pieces(lo, hi)
         at_end = record(n, ends, np.ones(ends.shape, dtype=np.bool_), which)
         floor = _floor(on(which), memory, n, starts, at_end, weight)
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
@@ -142,7 +142,7 @@ def _leaf_points(lo: Index, hi: Index) -> tuple[Index, npt.NDArray[np.bool_]]:
     return np.minimum(points, hi[:, None]), points <= hi[:, None]
 
 
-def _pieces(lo: Index, hi: Index) -> tuple[Index, Index]:
+def pieces(lo: Index, hi: Index) -> tuple[Index, Index]:
     """PIECES contiguous pieces per interval, one row each: [starts, ends] (inclusive)."""
     width = (hi - lo + 1)[:, None]
     return (lo[:, None] + (_PIECE * width) // PIECES,
@@ -283,7 +283,7 @@ def least_priced(
             q, n, lo, hi = q[~leaf], n[~leaf], lo[~leaf], hi[~leaf]
             if not len(n):
                 break
-        starts, ends = _pieces(lo, hi)
+        starts, ends = pieces(lo, hi)
         at_end = record(q, n, ends, np.ones(ends.shape, dtype=np.bool_))
         floor = _floor(values, memory, n, starts, at_end, weight[q][:, None])
         keep = (at_end[checked] <= within[q][:, None])

@@ -84,7 +84,7 @@ def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
         values, memory, max_functions=max_functions, min_memory_mb=instance.min_memory_mb,
         deadline_s=slowest_s, noise=noise, vcpu_memory_mb=instance.platform.vcpu_memory_mb,
     )
-    if box is None or not box.bounds.deadline_met:
+    if box is None or not box.deadline_met:
         return NO_OPTIONS
     meets = box.envelope_time <= slowest_s
     rows, row_hi, envelope = box.functions[meets], box.row_hi[meets], box.envelope_time[meets]

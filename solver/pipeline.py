@@ -23,9 +23,10 @@ from .candidates import (
     cheapest_choices,
     enumerate_candidates,
     fastest_choices,
+    pieces,
 )
 from .errors import InstanceError, NoValidPlanError, SolverError
-from .fit_uncertainty import corner
+from .fit_uncertainty import FitCoverage, corner
 from .instance import MB_PER_VCPU, Instance, ParameterServer
 from .instance_validation import plan_size, probability
 from .instance_yaml import load_instance
@@ -290,99 +291,175 @@ def _choose_server(
     given: Instance, guarantee: float | None, noise: NoiseModel | None, *, fastest_only: bool,
 ) -> Plan:
     """`solve()` over the instance's parameter servers (each a type at a shard count): the
-    cheapest plan on any of them (ties: the faster, then fewer shards, then the catalogue's
-    order), or, when none meets the deadline, the fastest plan on any.
+    cheapest plan on any of them (ties within TIE_RTOL: the faster, then fewer shards, then
+    the catalogue's order), or, when none meets the deadline, the fastest plan on any.
 
-    One branch and bound runs over the rows (server, n) of every server's box together, with
-    one incumbent, so a server whose rows cannot beat the best plan found on another is
-    pruned like any row; servers another one dominates are left out first (`undominated`).
-    The plan is then solved on the server found, as if pinned, for its bounds and re-check.
+    Servers another one dominates are left out first (`undominated`); the rest are searched
+    together (`_search_servers`), and the plan is chosen and re-checked on its server as a
+    pinned solve would be, from that search. The fastest plan comes from every server's box
+    (`models.bounds.boxes`, one evaluation).
     """
     started = time.perf_counter()
     servers = given.servers
     planning = planning_terms(given, guarantee, noise)
     candidates = undominated(servers)
-    instances = [corner(pinned(given, servers[i]), planning)[0] for i in candidates]
-    first_one = instances[0]
+    cornered = [corner(pinned(given, servers[i]), planning) for i in candidates]
+    if not fastest_only:
+        searched = _search_servers([instance for instance, _ in cornered], planning)
+        if searched is not None:
+            found, box, box_points, evaluated = searched
+            assert found.server is not None
+            shards = np.array([servers[i].shards for i in candidates])
+            tied = np.flatnonzero(found.cost <= found.cost.min() * (1 + TIE_RTOL))
+            on = found.server[tied]
+            best = tied[np.lexsort((on, shards[on], found.time[tied]))[0]]
+            mine = found.server == found.server[best]
+            winner = int(found.server[best])
+            own = Candidates(found.functions[mine], found.memory_index[mine], found.time[mine],
+                             found.cost[mine], evaluated)
+            chosen = _plan(pinned(given, servers[candidates[winner]]), *cornered[winner], box,
+                           planning, guarantee, own, servers=len(servers))
+            bounds = _over_servers(chosen.bounds, len(servers), len(candidates),
+                                   (box.n_min, box.n_max), box_points, ideal=True)
+            return dataclasses.replace(chosen, bounds=bounds,
+                                       solve_seconds=time.perf_counter() - started)
+    first_one = cornered[0][0]
     found_boxes = model_bounds.boxes(
-        [instance.values() for instance in instances], first_one.platform.memory.values(),
+        [instance.values() for instance, _ in cornered], first_one.platform.memory.values(),
         max_functions=first_one.max_functions, min_memory_mb=first_one.min_memory_mb,
         deadline_s=first_one.objective.deadline_s, noise=planning,
         vcpu_memory_mb=first_one.platform.vcpu_memory_mb,
     )
-    kept, loaded, boxes = [], [], []
-    for i, instance, box in zip(candidates, instances, found_boxes, strict=True):
-        if box is not None:
-            kept.append(i)
-            loaded.append(instance)
-            boxes.append(box)
-    if not kept:  # no server has a valid plan: say why as a pinned solve would
+    boxes = {j: box for j, box in enumerate(found_boxes) if box is not None}
+    if not boxes:  # no server has a valid plan: say why as a pinned solve would
         return _solve(pinned(given, servers[0]), guarantee, noise, fastest_only=fastest_only)
-    deadline = given.objective.deadline_s
-    some = [j for j, box in enumerate(boxes) if box.bounds.deadline_met]
-    if some and not fastest_only:
-        # The server of least price per hour that meets the deadline gives the first
-        # incumbent; the rest are searched together against it.
-        first = min(some, key=lambda j: (servers[kept[j]].shards
-                                         * servers[kept[j]].price_per_hour, j))
-        chosen = _solve(pinned(given, servers[kept[first]]), guarantee, noise,
-                        fastest_only=False)
-        rest = [j for j in some if j != first]
-        found = _search_servers([loaded[j] for j in rest], [boxes[j] for j in rest],
-                                deadline, planning, above=chosen.cost_usd)
-        if found is not None and len(found.cost):
-            assert found.server is not None
-            which = [kept[j] for j in rest]
-            least = min(float(found.cost.min()), chosen.cost_usd)
-            tied = np.flatnonzero(found.cost <= least * (1 + TIE_RTOL))
-            plans = [(float(found.cost[t]), float(found.time[t]),
-                      servers[which[found.server[t]]].shards, which[found.server[t]])
-                     for t in tied.tolist()]
-            plans.append((chosen.cost_usd, chosen.deadline_time_s,
-                          servers[kept[first]].shards, kept[first]))
-            best = min(plan for plan in plans if plan[0] <= least * (1 + TIE_RTOL))
-            if best[3] != kept[first]:
-                chosen = _solve(pinned(given, servers[best[3]]), guarantee, noise,
-                                fastest_only=False)
-    else:  # the fastest plan of the servers whose fastest time is the least (ties: cost)
-        fastest_at = [float(box.envelope_time.min()) for box in boxes]
-        least = min(fastest_at)
-        rivals = [(_solve(pinned(given, servers[kept[j]]), guarantee, noise, fastest_only=True),
-                   kept[j]) for j in range(len(kept)) if fastest_at[j] <= least * (1 + TIE_RTOL)]
-        chosen, _ = min(rivals, key=lambda pair: (pair[0].deadline_time_s, pair[0].cost_usd,
-                                                  servers[pair[1]].shards, pair[1]))
-    return dataclasses.replace(chosen, solve_seconds=time.perf_counter() - started)
+    # the fastest plan of the servers whose fastest time is the least (ties: cost)
+    fastest_at = {j: float(box.envelope_time.min()) for j, box in boxes.items()}
+    least = min(fastest_at.values())
+    every = list(boxes.values())
+    evaluated = sum(len(box.functions) for box in every)
+    rivals = [(_plan(pinned(given, servers[candidates[j]]), *cornered[j], boxes[j], planning,
+                     guarantee, None, servers=len(servers), evaluated_in_all=evaluated), j)
+              for j in boxes if fastest_at[j] <= least * (1 + TIE_RTOL)]
+    chosen, _ = min(rivals, key=lambda pair: (pair[0].deadline_time_s, pair[0].cost_usd,
+                                              servers[candidates[pair[1]]].shards, pair[1]))
+    bounds = _over_servers(
+        chosen.bounds, len(servers), len(candidates),
+        (min(box.n_min for box in every), max(box.n_max for box in every)),
+        sum(box.box_points for box in every), ideal=False)
+    return dataclasses.replace(chosen, bounds=bounds, solve_seconds=time.perf_counter() - started)
 
 
-def _search_servers(instances: list[Instance], boxes: list[model_bounds.Box], deadline: float,
-                    planning: PlanningNoise | None, *, above: float) -> Candidates | None:
-    """The branch and bound over the rows meeting the deadline of every server's box at once
-    (the parameters that differ between the servers as arrays, one entry per server), for
-    plans costing at most `above`; None when no row could hold one."""
-    if not instances:
+def _box(loaded: Instance, planning: PlanningNoise | None, *, tops: tuple[str, ...] = ()
+         ) -> model_bounds.Box | None:
+    """`models.bounds.box` of an instance as loaded (at its fit's corner)."""
+    return model_bounds.box(
+        loaded.values(), loaded.platform.memory.values(), max_functions=loaded.max_functions,
+        min_memory_mb=loaded.min_memory_mb, deadline_s=loaded.objective.deadline_s,
+        noise=planning, vcpu_memory_mb=loaded.platform.vcpu_memory_mb, tops=tops,
+    )
+
+
+def _over_servers(chosen: model_bounds.Bounds, servers: int, undominated_count: int,
+                  n_range: tuple[int, int], box_points: int, *, ideal: bool
+                  ) -> model_bounds.Bounds:
+    """The bounds of a choice over servers: the box searched (the ideal server's when `ideal`,
+    else the fastest plan's server's), how the servers were searched, the rows (server, n)
+    of all of them, and the grid of every (type, shards) the catalogue offers."""
+    n_min, n_max = n_range
+    dominance = (
+        f"servers: {undominated_count} of {servers} (type, shards) are not dominated (one "
+        "with at least k·B_p, at most k·c_msg and at most k·p_ps is as fast and as cheap for "
+        "every plan, proved)"
+    )
+    searched = (
+        "; they are searched together, their rows (server, n) in the box of T*, the time on "
+        "an ideal server with the greatest k·B_p and least k·c_msg of them (T non-increasing "
+        "in k·B_p and non-decreasing in k·c_msg, proved, so no server is faster), and a row "
+        "costs at least T*(n, top)·weight(n, m_lo) + n·p_req, so one above the incumbent is "
+        "dropped before its own time is evaluated"
+        if ideal else
+        f"; the fastest plan is sought (none meets the deadline, or `fastest`), so every row "
+        f"(server, n), n ∈ [{n_min}, {n_max}] in all, is evaluated at its top"
+    )
+    *box_lines, rows_line, pruning = chosen.derivations
+    if ideal:
+        rows_line = rows_line.replace("; T(n, ", "; on the ideal server, T*(n, ", 1)
+    return dataclasses.replace(
+        chosen, n_min=n_min, n_max=n_max, grid_points=chosen.grid_points * servers,
+        box_points=box_points, derivations=(*box_lines, dominance + searched, rows_line, pruning),
+    )
+
+
+SEED_ROWS = 128  # the rows of least floor evaluated first, for an incumbent
+
+
+def _search_servers(
+    instances: list[Instance], planning: PlanningNoise | None
+) -> tuple[Candidates, model_bounds.Box, int, int] | None:
+    """The branch and bound over the rows (server, n) of every server in `instances` at once
+    (the parameters that differ between servers as arrays, one entry per server; the plans'
+    `server` index into `instances`), with the box they lie in (the ideal server's, below),
+    its points over all servers and the plans evaluated; None when no plan on any server
+    meets the deadline.
+
+    T is non-increasing in k·B_p and non-decreasing in k·c_msg (proved), so an ideal server
+    with the greatest k·B_p and the least k·c_msg of all is at least as fast for every
+    plan: its box bounds every server's rows, and T*(n, top)·weight_s(n, m_lo) + n·p_req
+    bounds the cost of row n on server s. The rows of least bound are searched first; every
+    row whose bound is above the plan found is dropped before its own time is evaluated.
+    """
+    servers = [instance.parameter_server for instance in instances]
+    ideal = ParameterServer(
+        bandwidth_mbps=max(server.shards * server.bandwidth_mbps for server in servers),
+        function_bandwidth_mbps=servers[0].function_bandwidth_mbps,
+        price_per_hour=min(server.shards * server.price_per_hour for server in servers),
+        message_s=min(server.shards * server.message_s for server in servers),
+    )
+    envelope = _box(dataclasses.replace(instances[0], parameter_server=ideal), planning,
+                    tops=("time",))
+    if envelope is None or not envelope.deadline_met:
         return None
-    values = model.per_server([instance.values() for instance in instances])
-    m_lo = {box.m_lo for box in boxes}
-    if len(m_lo) != 1:  # validity and the memory floor do not depend on the server
-        raise SolverError(f"the servers' boxes start at different memory sizes: {sorted(m_lo)}")
-    meets = [box.envelope_time <= deadline for box in boxes]
-    rows = np.concatenate([box.functions[m] for box, m in zip(boxes, meets, strict=True)])
-    row_hi = np.concatenate([box.row_hi[m] for box, m in zip(boxes, meets, strict=True)])
-    server = np.concatenate([np.full(int(m.sum()), j, dtype=np.int64)
-                             for j, m in enumerate(meets)])
-    # A row costs at least T(n, its top)·weight(n, m_lo) + its requests: rows that cannot
-    # beat `above` go before the search evaluates their pieces.
-    memory, low = boxes[0].memory, m_lo.pop()
-    per_row = model.at(values, server)
+    deadline = instances[0].objective.deadline_s
+    meets = envelope.envelope_time <= deadline
+    count, rows_n = len(instances), envelope.functions[meets]
+    memory, low = envelope.memory, envelope.m_lo
+    per_server = model.per_server([instance.values() for instance in instances])
+    server = np.repeat(np.arange(count, dtype=np.int64), len(rows_n))
+    rows = np.tile(rows_n, count)
+    row_hi = np.tile(envelope.row_hi[meets], count)
+    per_row = model.at(per_server, server)
     functions = rows.astype(np.float64)
-    top = model.figures(per_row, functions, memory[row_hi], ("time", "restarts"), planning)
-    floor = model_bounds.cost_lower_bound(per_row, functions, np.full(len(rows), memory[low]),
-                                          top["time"], top["restarts"])
-    keep = floor <= above * (1 + PRUNE_RTOL)
-    if not keep.any():
+    weight = model.figures(per_row, functions, memory[low], ("weight",))["weight"]
+    p_req = per_row[model.program().parameters.index("p_req")]
+    floor = np.tile(envelope.top["time"][meets], count) * weight + functions * p_req
+    checked = model.deadline_figure(planning)
+    names = tuple(dict.fromkeys((checked, "time", "restarts", "cost")))
+    # First an incumbent: the rows of least floor at PIECES memory sizes each and at their
+    # tops (their fastest plans), in one evaluation. A row missing the deadline at its top
+    # misses it everywhere; the others get their own floor, tighter than the ideal server's.
+    pick = np.argpartition(floor, SEED_ROWS - 1)[:SEED_ROWS] if len(floor) > SEED_ROWS \
+        else np.arange(len(floor))
+    starts, ends = pieces(np.full(len(pick), low), row_hi[pick])
+    seen = model.figures(model.at(per_server, server[pick], column=True),
+                         functions[pick][:, None],
+                         memory[np.concatenate([starts, ends[:, -1:]], axis=1)], names, planning)
+    feasible = seen[checked] <= deadline
+    incumbent = float(seen["cost"][feasible].min()) if feasible.any() else np.inf
+    floor[pick] = np.where(feasible[:, -1], np.maximum(floor[pick], model_bounds.cost_lower_bound(
+        model.at(per_server, server[pick]), functions[pick], np.full(len(pick), memory[low]),
+        seen["time"][:, -1], seen["restarts"][:, -1])), np.inf)
+    evaluated = seen[checked].size
+    alive = np.flatnonzero(floor <= incumbent * (1 + PRUNE_RTOL))
+    if not len(alive):
         return None
-    return enumerate_candidates(values, memory, rows[keep], low, row_hi[keep], deadline,
-                                planning, server=server[keep], above=above)
+    found = enumerate_candidates(per_server, memory, rows[alive], low, row_hi[alive], deadline,
+                                 planning, server=server[alive], above=incumbent)
+    evaluated += found.evaluated
+    if not len(found.cost):
+        return None
+    box_points = int((row_hi - low + 1).sum())
+    return found, envelope, box_points, evaluated
 
 
 def undominated(servers: tuple[ParameterServer, ...]) -> list[int]:
@@ -413,21 +490,34 @@ def _solve(
     started = time.perf_counter()
     planning = planning_terms(given, guarantee, noise)
     loaded, coverage = corner(given, planning)  # under a guarantee, the fit's adverse corner
-    values = loaded.values()
-    memory = loaded.platform.memory.values()
-    deadline = loaded.objective.deadline_s
-    box = model_bounds.box(
-        values, memory, max_functions=loaded.max_functions,
-        min_memory_mb=loaded.min_memory_mb, deadline_s=deadline, noise=planning,
-        vcpu_memory_mb=loaded.platform.vcpu_memory_mb,
-    )
+    box = _box(loaded, planning)
     if box is None:
         raise NoValidPlanError(_no_valid_plan(loaded, planning))
-    if box.bounds.deadline_met and not fastest_only:
-        meets = box.envelope_time <= deadline
+    found = None
+    if box.deadline_met and not fastest_only:
+        meets = box.envelope_time <= loaded.objective.deadline_s
         found = enumerate_candidates(
-            values, memory, box.functions[meets], box.m_lo, box.row_hi[meets], deadline, planning
+            loaded.values(), box.memory, box.functions[meets], box.m_lo, box.row_hi[meets],
+            loaded.objective.deadline_s, planning,
         )
+    plan = _plan(given, loaded, coverage, box, planning, guarantee, found)
+    return dataclasses.replace(plan, solve_seconds=time.perf_counter() - started)
+
+
+def _plan(
+    given: Instance, loaded: Instance, coverage: FitCoverage | None, box: model_bounds.Box,
+    planning: PlanningNoise | None, guarantee: float | None, found: Candidates | None, *,
+    servers: int = 1, evaluated_in_all: int | None = None,
+) -> Plan:
+    """The plan chosen among the search's feasible plans (`found`; None: none meets the
+    deadline, or the fastest is asked for, so the box's rows at their tops), re-checked
+    against the scalar model: `loaded` is `given` at its fit's adverse corner. A choice
+    among `servers` parameter servers says so, with the plans evaluated on all of them
+    (`evaluated_in_all`)."""
+    values = loaded.values()
+    memory = box.memory
+    deadline = loaded.objective.deadline_s
+    if found is not None:
         n, index, t, c = found.functions, found.memory_index, found.time, found.cost
         _require_finite(loaded, "cost", c, n, memory[index])
         # Only plans the cost bound cannot rule out reach the choice: the rest cost provably
@@ -462,13 +552,17 @@ def _solve(
         )
     if status == "optimal" and not checked.feasible:
         raise SolverError(f"re-check failed: the chosen plan is not feasible: {checked.violations}")
+    if evaluated_in_all is not None:
+        evaluated = evaluated_in_all
+    grid = "the grid" if servers == 1 else f"the grid of all {servers} servers"
     pruning = (
         f"cost: C(n, m ∈ [a, b]) ≥ T(n, b)·weight(n, a) + n·(r(n, b) + 1)·p_req (T, r "
         "non-increasing and the weight non-decreasing in m); branch and bound against the "
-        f"incumbent evaluated {evaluated:,} plans, {evaluated / box.bounds.grid_points:.3%} of "
-        "the grid"
+        f"incumbent evaluated {evaluated:,} plans, "
+        f"{evaluated / (box.bounds.grid_points * servers):.3%} of {grid}"
         if status == "optimal" else
-        f"fastest plan: T(n, {plan_m} MB) evaluated for all {evaluated:,} valid n"
+        f"fastest plan: T(n, {plan_m} MB) evaluated for all {evaluated:,} valid "
+        + ("n" if servers == 1 else "(server, n)")
     )
     bounds = dataclasses.replace(
         box.bounds, evaluated_points=evaluated, derivations=(*box.bounds.derivations, pruning)
@@ -485,7 +579,7 @@ def _solve(
         pareto_candidates=len(choices),
         selected_by=selection.selected_by,
         solver_status=selection.solver_status,
-        solve_seconds=time.perf_counter() - started,
+        solve_seconds=0.0,
         solved_from=given,
         fit_coverage=coverage,
     )

@@ -16,7 +16,9 @@ What moto (5.2) does not do, so what these tests cannot check there:
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import io
 import json
 import math
 import os
@@ -28,8 +30,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import pytest
 from botocore.exceptions import ClientError
+from botocore.response import StreamingBody
 
 from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.aws import (
@@ -39,6 +43,7 @@ from lambdadnn.launcher.aws import (
     REDIS_URL_ENV,
     REDIS_URLS_ENV,
     SHARD_POLICY_ACTIONS,
+    AwsBackend,
     AwsInterrupted,
     AwsLaunchError,
     AwsTarget,
@@ -60,13 +65,19 @@ from lambdadnn.launcher.aws import (
     start_shards,
     stop_shards,
 )
+from lambdadnn.launcher.channel import (
+    ChannelError,
+    ParameterChannel,
+    UnrecoverableError,
+    shard_bounds,
+)
 from lambdadnn.launcher.local import Interrupted
 from lambdadnn.launcher.orchestrator import RunOptions
 from lambdadnn.launcher.spec import LaunchReport, LaunchSpec, RunFailed
 from lambdadnn.solver.errors import LambdaDnnError
 from lambdadnn.solver.instance import Instance
 from lambdadnn.solver.instance_yaml import load_instance
-from tests import test_aws
+from tests import test_aws, test_channel_shards
 from tests.test_aws import REGION, Channel, FakeClock, following
 
 pytestmark = pytest.mark.real  # a moto server
@@ -795,11 +806,14 @@ def test_a_failed_run_reports_the_shards_bill(
         return {"iteration": 5, "beat": min(clock.now - began[0], 100.0) // 5}
 
     machines = Recorded(ec2, clock)
+    # Each rewind of the two shards is a restore in the function, which goes back to 5.
+    functions = Restoring(client, clock, answers=[restored("job-stall", 5)] * 4)
     with pytest.raises(RunFailed, match="3 relaunches in a row") as failed:
-        run_aws(sharded(2), client, target, redis_url=network.redis_url, job="job-stall",
+        run_aws(sharded(2), functions, target, redis_url=network.redis_url, job="job-stall",
                 channel=Channel(progress, on_restart=lambda: began.__setitem__(0, clock.now)),
                 options=RunOptions(max_restarts=10), following=following(clock),
                 shards=ShardOptions(ec2=machines))
+    assert len(functions.restores()) == 4 and functions.answers == []
     up_s = machines.times[-1] - machines.times[2]
     assert up_s >= 4 * 900
     bill = ShardBill(2, TYPE, PRICE, up_s)
@@ -970,3 +984,359 @@ def test_reports_carry_the_bill_in_runs_on(
     assert report.runs_on.endswith(
         f"; PS 2 × {TYPE} (the channel's Redis and 1 EC2 instance) at $0.108/h each for 5 s: "
         f"${ShardBill(2, TYPE, PRICE, 5.0).cost_usd:.4f}")
+
+
+# -- rewinding the shards after a crash: a restore in the function ------------------------------
+#
+# A worker that dies mid-exchange can leave the shards at different live iterations; the
+# launcher cannot reach shards 1..k-1 (private VPC addresses), so with k > 1 `rewind` has the
+# function restore them, synchronously. Moto runs no function (no Docker: it echoes the
+# event), so `Restoring` answers those invocations as the worker would.
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The function's answer to a synchronous invocation: its `payload` (as JSON), and
+    `FunctionError` when `error` ("Unhandled": the handler raised)."""
+
+    payload: object
+    error: str | None = None
+
+    def response(self) -> dict[str, Any]:
+        raw = json.dumps(self.payload).encode()
+        return {"StatusCode": 200, "Payload": StreamingBody(io.BytesIO(raw), len(raw)),
+                **({"FunctionError": self.error} if self.error else {})}
+
+
+def restored(job: str, iteration: int) -> Reply:
+    return Reply({"status": "restored", "job": job, "iteration": iteration})
+
+
+class Restoring(Recorded):
+    """`Recorded`, whose synchronous (RequestResponse) invocations are answered by the next of
+    `answers` instead of moto: a `Reply`, an AWS error code (raised), or None (moto answers,
+    echoing the event); `during` runs at each, as if while the function ran."""
+
+    def __init__(self, wrapped: Any, clock: FakeClock | None = None,
+                 answers: list[Reply | str | None] | None = None,
+                 during: Callable[[], object] = lambda: None) -> None:
+        super().__init__(wrapped, clock)
+        self.answers, self.during = list(answers or []), during
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        forwarded = super().__getattr__(method)
+        if method != "invoke":
+            return forwarded
+
+        def invoke(**params: Any) -> Any:
+            if params.get("InvocationType") != "RequestResponse":
+                return forwarded(**params)
+            self.calls.append(Call("Invoke", params))
+            self.times.append(self.clock.now)
+            self.during()
+            answer = self.answers.pop(0)
+            if isinstance(answer, str):
+                raise ClientError({"Error": {"Code": answer, "Message": "injected"}}, "Invoke")
+            if answer is None:
+                return self.client.invoke(**params)
+            return answer.response()
+
+        return invoke
+
+    def restores(self) -> list[dict[str, Any]]:
+        """The events of the synchronous invocations, in order."""
+        return [json.loads(call.params["Payload"]) for call in self.calls
+                if call.operation == "Invoke"
+                and call.params["InvocationType"] == "RequestResponse"]
+
+
+@contextlib.contextmanager
+def between_rounds(
+    spec: LaunchSpec, functions: Any, ec2: Any, target: AwsTarget, network: Network,
+    placement: ShardPlacement, clock: FakeClock,
+) -> Iterator[AwsBackend]:
+    """An `AwsBackend` of `spec` as the orchestrator has it when it rewinds: set up (shards
+    1..k-1 started, the function deployed) and a round invoked; stopped afterwards."""
+    backend = AwsBackend(spec, functions, target, redis_url=network.redis_url,
+                         job=f"job-{uuid.uuid4().hex[:8]}", channel=done_after(1),
+                         timeout_s=900.0, following=following(clock),
+                         shards=ShardOptions(ec2=Recorded(ec2, clock), placement=placement))
+    try:
+        backend.setup()
+        backend.start(spec.worker_event(job=backend.job, redis_url=backend.redis_url,
+                                        settings=RunOptions().settings()))
+        yield backend
+    finally:
+        backend.stop(finished=False)
+
+
+def test_one_shard_rewinds_to_the_live_iteration_without_a_call(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, placement: ShardPlacement
+) -> None:
+    """Its live state is always consistent: the next round resumes from it, as before."""
+    clock = FakeClock()
+    functions = Restoring(client, clock)  # a restore would find no answer and fail
+    with between_rounds(sharded(1), functions, ec2, target, network, placement,
+                        clock) as backend:
+        made = len(functions.calls)
+        assert backend.rewind(7) == 7
+        assert len(functions.calls) == made and functions.restores() == []
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_k_shards_rewind_to_the_checkpoint_the_function_restores(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, placement: ShardPlacement,
+    k: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One synchronous invocation, whose event holds the channel's fields of the workers'
+    event and every shard's URL (the channel's Redis first); the rewind is the iteration the
+    function answers, not the live one."""
+    from lambdadnn.launcher.worker import shard_urls
+
+    clock = FakeClock()
+    functions = Restoring(client, clock)
+    spec = sharded(k)
+    with between_rounds(spec, functions, ec2, target, network, placement, clock) as backend:
+        functions.answers.append(restored(backend.job, 6))
+        made = len(functions.calls)
+        assert backend.rewind(9) == 6
+        assert functions.answers == []
+        (invoke,) = functions.calls[made:]
+        assert invoke.operation == "Invoke"
+        assert invoke.params["FunctionName"] == target.function_name
+        assert invoke.params["InvocationType"] == "RequestResponse"
+        (event,) = functions.restores()
+        environment = functions.first("CreateFunction").params["Environment"]["Variables"]
+        urls = environment[REDIS_URLS_ENV].split(",")  # the channel's Redis, then shards 1..
+        assert len(urls) == k and urls[0] == network.redis_url
+        assert event == {"action": "restore", "job": backend.job,
+                         "redis_url": network.redis_url, "workers": 3, "shards": k,
+                         "key_ttl_s": spec.key_ttl_s, "redis_urls": urls}
+        worker = json.loads(next(c for c in functions.calls if c.operation == "Invoke"
+                                 and c.params["InvocationType"] == "Event").params["Payload"])
+        assert set(event) - set(worker) == {"action", "redis_urls"}
+        assert all(event[name] == worker[name] for name in set(event) & set(worker))
+        monkeypatch.delenv(REDIS_URLS_ENV, raising=False)
+        assert shard_urls(event) == urls  # what the handler connects to, shard by shard
+
+
+def test_a_sharded_run_restores_once_between_its_rounds_and_goes_on(
+    client: Any, ec2: Any, target: AwsTarget, network: Network
+) -> None:
+    """The first round crashes at iteration 7 (it moves, then goes quiet); the function
+    restores the shards to 5, and the second round finishes the job."""
+    clock = FakeClock()
+    rounds, began = [0], [0.0]
+
+    def progress() -> dict[str, Any]:
+        if rounds[0]:
+            return {"iteration": 10, "done": True}
+        return {"iteration": 7, "beat": min(clock.now - began[0], 100.0) // 5}
+
+    def restart() -> None:
+        rounds[0] += 1
+
+    functions = Restoring(client, clock, answers=[restored("job-crash", 5)])
+    machines = Recorded(ec2, clock)
+    report = run_aws(sharded(2), functions, target, redis_url=network.redis_url,
+                     job="job-crash", channel=Channel(progress, on_restart=restart),
+                     following=following(clock), shards=ShardOptions(ec2=machines))
+    assert report.status == "done" and functions.answers == []
+    invokes = [call.params["InvocationType"] for call in functions.calls
+               if call.operation == "Invoke"]
+    assert invokes == ["Event"] * 3 + ["RequestResponse"] + ["Event"] * 3
+    assert functions.restores()[0]["shards"] == 2
+    assert set(tagged(ec2, launch_id_of(machines)).values()) <= {"shutting-down", "terminated"}
+
+
+def test_a_throttled_restore_is_retried_after_a_pause(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, placement: ShardPlacement
+) -> None:
+    clock = FakeClock()
+    functions = Restoring(client, clock)
+    with between_rounds(sharded(2), functions, ec2, target, network, placement,
+                        clock) as backend:
+        functions.answers += ["TooManyRequestsException", restored(backend.job, 4)]
+        paused = len(clock.sleeps)
+        assert backend.rewind(8) == 4
+        first, second = functions.restores()
+        assert first == second and first["action"] == "restore"
+        (pause,) = clock.sleeps[paused:]
+        assert 0.25 <= pause <= 0.5  # the first backoff: [d/2, d] with d = 0.5 s
+
+
+def test_a_restore_that_fails_in_the_function_is_one_line_naming_it_and_its_logs(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, placement: ShardPlacement
+) -> None:
+    """Not retried: the function ran and raised (here: a shard lost its checkpoint)."""
+    clock = FakeClock()
+    functions = Restoring(client, clock)
+    with between_rounds(sharded(3), functions, ec2, target, network, placement,
+                        clock) as backend:
+        functions.answers.append(Reply({
+            "errorType": "ChannelError", "stackTrace": ["..."],
+            "errorMessage": f"job {backend.job!r} cannot be restored to iteration 4: shard 2 "
+                            "holds no checkpoint of it"}, error="Unhandled"))
+        with pytest.raises(AwsLaunchError) as failed:
+            backend.rewind(6)
+        assert len(functions.restores()) == 1
+    message = str(failed.value)
+    name = target.function_name
+    assert message.startswith(f"function {name!r} failed to restore the PS shards of job ")
+    assert f"(Unhandled: ChannelError: \"job {backend.job!r} cannot be restored to " in message
+    assert "shard 2 holds no checkpoint of it\"): read the function's CloudWatch" in message
+    assert f"CloudWatch logs (log group /aws/lambda/{name})" in message
+    assert "\n" not in message and PASSWORD not in message
+
+
+@pytest.mark.parametrize("payload", [
+    {"status": "restored"}, {"status": "restored", "iteration": "4"},
+    {"status": "restored", "iteration": True}, {"status": "restored", "iteration": -1},
+    {"status": "done", "iteration": 4}, {"iteration": 4}, [4], "restored", None,
+])
+def test_an_answer_without_an_iteration_is_one_line_naming_the_function(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, placement: ShardPlacement,
+    payload: object,
+) -> None:
+    """None: moto's own answer, the event echoed back (as a function of older code that
+    returned it would): the URLs and the password it holds are not shown."""
+    clock = FakeClock()
+    functions = Restoring(client, clock,
+                          answers=[None if payload is None else Reply(payload)])
+    with between_rounds(sharded(2), functions, ec2, target, network, placement,
+                        clock) as backend, pytest.raises(AwsLaunchError) as failed:
+        backend.rewind(6)
+    message = str(failed.value)
+    assert message.startswith(f"function {target.function_name!r} answered the restore of "
+                              "the PS shards of job ")
+    assert "not the iteration they are back at" in message and "CloudWatch logs" in message
+    assert "\n" not in message and PASSWORD not in message and "redis://" not in message
+    assert len(functions.restores()) == 1
+
+
+def test_a_job_without_a_checkpoint_to_restore_is_one_line(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, placement: ShardPlacement
+) -> None:
+    clock = FakeClock()
+    functions = Restoring(client, clock)
+    with between_rounds(sharded(2), functions, ec2, target, network, placement,
+                        clock) as backend:
+        functions.answers.append(Reply({"status": "no-checkpoint", "job": backend.job,
+                                        "iteration": None}))
+        with pytest.raises(AwsLaunchError, match=(
+                rf"job {backend.job!r} holds no checkpoint to resume its 2 PS shards from "
+                r"after iteration 6 .*CloudWatch logs \(log group /aws/lambda/")):
+            backend.rewind(6)
+
+
+def test_a_stop_signal_during_the_restore_stops_the_launch_and_cleans_up(
+    client: Any, ec2: Any, target: AwsTarget, network: Network, guarded: list[int]
+) -> None:
+    """SIGTERM while the restore is throttled: raised after the backoff's pause, with no
+    second invocation; the shards are terminated and the function deleted."""
+    clock = FakeClock()
+    began = [0.0]
+
+    def progress() -> dict[str, Any]:
+        return {"iteration": 7, "beat": min(clock.now - began[0], 100.0) // 5}
+
+    functions = Restoring(client, clock, answers=["TooManyRequestsException"],
+                          during=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    machines = Recorded(ec2, clock)
+    with pytest.raises(AwsInterrupted) as stopped:
+        run_aws(sharded(2), functions, target, redis_url=network.redis_url, job="job-stop",
+                channel=Channel(progress), following=following(clock),
+                shards=ShardOptions(ec2=machines))
+    assert stopped.value.signum == signal.SIGTERM and guarded == []
+    assert len(functions.restores()) == 1 and functions.answers == []
+    assert 0.25 <= clock.sleeps[-1] <= 0.5  # the backoff, then the check that raised
+    assert functions.operations()[-2:] == ["DeleteFunctionConcurrency", "DeleteFunction"]
+    assert set(tagged(ec2, launch_id_of(machines)).values()) <= {"shutting-down", "terminated"}
+
+
+# -- the function's side: the worker's restore, on real redis-servers -------------------------
+
+# Three throw-away redis-servers, one per shard (tests/test_channel_shards.py's fixture).
+servers = test_channel_shards.servers
+
+
+class Context:
+    """A Lambda context with time to spare (a restore reads no deadline)."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 900_000
+
+
+def test_the_worker_restores_shards_left_at_different_iterations(servers: list[str]) -> None:
+    """A rank died mid-exchange of iteration 3: shard 1 applied its slice, shards 0 and 2
+    did not, so the job cannot be read. The worker's restore puts every shard back to the
+    checkpoint (2) with its expiry from the event; the job reads and trains on, and a
+    retried restore changes nothing."""
+    import redis as redis_py
+
+    from lambdadnn.launcher.worker import handler
+
+    size = test_channel_shards.SIZE
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    clients = [redis_py.Redis.from_url(url) for url in servers]
+    channel = ParameterChannel(clients[0], job, workers=1, shard_clients=clients[1:])
+    rng = np.random.default_rng(11)
+    channel.initialise(rng.normal(size=size), lr=test_channel_shards.LR,
+                       momentum=test_channel_shards.MOMENTUM)
+    try:
+        for iteration in range(2):
+            channel.exchange(0, iteration, rng.normal(size=size), 1.0)
+        channel.checkpoint(2)
+        saved = channel.parameters()[1]
+        channel.exchange(0, 2, rng.normal(size=size), 1.0)
+        bounds = shard_bounds(size, 3)
+        gradient = rng.normal(size=size).astype(np.float32)
+        channel._exchange_shard(1, 0, 3, gradient[bounds[1]:bounds[2]], 1.0, False)
+        with pytest.raises(ChannelError, match=r"at iterations \[3, 4, 3\]"):
+            channel.parameters()
+
+        event = {"action": "restore", "job": job, "redis_url": servers[0], "workers": 4,
+                 "shards": 3, "redis_urls": servers, "key_ttl_s": 600}
+        assert handler(event, Context()) == {"status": "restored", "job": job, "iteration": 2}
+        assert [int(client.hget(channel._key("state", shard), "iteration"))
+                for shard, client in enumerate(clients)] == [2, 2, 2]
+        live, params = channel.parameters()
+        assert live == 2 and params.tobytes() == saved.tobytes()
+        assert all(0 < client.ttl(channel._key("state", shard)) <= 600
+                   for shard, client in enumerate(clients))
+        assert handler(event, Context())["iteration"] == 2
+        channel.exchange(0, 2, rng.normal(size=size), 1.0)
+        assert channel.parameters()[0] == 3
+    finally:
+        channel.cleanup()
+        channel.close()
+        for client in clients:
+            client.close()
+
+
+def test_the_worker_reports_a_job_without_a_checkpoint(servers: list[str]) -> None:
+    from lambdadnn.launcher.worker import handler
+
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    event = {"action": "restore", "job": job, "redis_url": servers[0], "workers": 1,
+             "shards": 3, "redis_urls": servers}
+    assert handler(event, Context()) == {"status": "no-checkpoint", "job": job,
+                                         "iteration": None}
+
+
+@pytest.mark.parametrize("action", ["train", "Restore", "cleanup", "", None, ["restore"]])
+def test_an_unknown_action_is_refused_before_anything_connects(
+    action: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lambdadnn.launcher import worker
+
+    def no_connection(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the worker connected before refusing the action")
+
+    monkeypatch.setattr(worker.redis.Redis, "from_url", no_connection)
+    event = {"action": action, "job": "job-x", "redis_url": "redis://10.42.0.9:6379/0",
+             "workers": 1, "shards": 2, "redis_urls": ["redis://10.42.0.9:6379/0"] * 2}
+    with pytest.raises(UnrecoverableError, match=r"the event's `action` is .*; the worker "
+                                                 r"runs only \"restore\"") as refused:
+        worker.handler(event, Context())
+    assert "\n" not in str(refused.value)

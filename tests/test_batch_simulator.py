@@ -20,6 +20,8 @@ from lambdadnn.solver.trace_file import Job, Loader
 
 NOISE = NoiseModel()
 POOL = 40  # three or four of the shipped jobs at once
+SINGLE_PS = ("1dcnn-imdb", "espcn-bsds500", "mobilenet-cifar10")  # the shipped one-PS jobs
+UNREACHED_S = 3600.0  # a time limit no epoch's solve reaches (each takes a few seconds)
 
 
 def _tight_trace() -> list[Job]:
@@ -71,11 +73,25 @@ def test_batch_outcomes_are_consistent(tight: tuple[list[Job], list[JobOutcome]]
         assert 1 <= o.functions <= POOL and o.cost_usd > 0
 
 
-@pytest.mark.slow
-def test_batch_is_deterministic_for_a_seed(tight: tuple[list[Job], list[JobOutcome]]) -> None:
-    jobs, outcomes = tight
-    assert run_batch(jobs, pool_size=POOL, noise=NOISE, seed=7) == outcomes
-    other = run_batch(jobs, pool_size=POOL, noise=NOISE, seed=8)
+def test_batch_is_deterministic_for_a_seed() -> None:
+    """Two runs of one seed give the same outcomes, another seed others, when no epoch's
+    solve stops at its time limit (only then is a schedule the machine's speed cannot move):
+    a limit no epoch reaches, which every epoch's status confirms. A trace whose epochs
+    prove in well under a second each (27 of its 30 by HiGHS) keeps it short: proving a
+    crowded epoch can take 10-30 s, more with a catalogue job's servers as kinds of plans
+    (docs/EVALUATION.md)."""
+    jobs = generate_trace(8, seed=3, rate_per_s=0.1, workloads=SINGLE_PS)
+    statuses: list[str] = []
+
+    def run(seed: int) -> list[JobOutcome]:
+        return run_batch(jobs, pool_size=POOL, noise=NOISE, seed=seed, time_limit_s=UNREACHED_S,
+                         on_epoch=lambda _, schedule: statuses.append(schedule.solver_status))
+
+    outcomes = run(7)
+    assert statuses.count("optimal") >= 10 and "time_limit" not in statuses
+    assert run(7) == outcomes
+    other = run(8)
+    assert "time_limit" not in statuses
     assert [o.time_s for o in other] != [o.time_s for o in outcomes]
 
 
