@@ -371,8 +371,7 @@ def bounds_command(instance: Path, as_json: bool, platform: str | None) -> None:
 
     plan = solve(instance, platform=platform)
     b = plan.bounds
-    # on the plan's own parameter server, when the instance offers several
-    crossings = deadline_crossings(plan.solved_from, memory_mb=b.m_max)
+    crossings = deadline_crossings(instance, memory_mb=b.m_max, platform=platform)
     if as_json:
         _emit_json({**b.to_dict(), "crossings": [
             {"regime": c.regime, "functions": c.functions} for c in crossings]})

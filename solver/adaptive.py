@@ -452,6 +452,12 @@ class Controller:
             raise InstanceError(
                 f"`noise` must be a lambdadnn.models.noise.NoiseModel, got {brief(self.noise)}"
             )
+        if self.instance.servers:
+            raise InstanceError(
+                f"instance {brief(self.instance.name)} offers {len(self.instance.servers)} "
+                "parameter servers: a run re-plans on the one it runs on, so give the plan's "
+                "`solved_from` (pinned to its `ps`), or use `Controller.start`"
+            )
         rate, grid = self.instance.profile.rate, self.instance.platform.memory
         self.belief = Belief(
             rate=RatePosterior.prior(rate.slope, rate.intercept, float(grid.min_mb),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -409,15 +409,8 @@ def _search_servers(
     bounds the cost of row n on server s. The rows of least bound are searched first; every
     row whose bound is above the plan found is dropped before its own time is evaluated.
     """
-    servers = [instance.parameter_server for instance in instances]
-    ideal = ParameterServer(
-        bandwidth_mbps=max(server.shards * server.bandwidth_mbps for server in servers),
-        function_bandwidth_mbps=servers[0].function_bandwidth_mbps,
-        price_per_hour=min(server.shards * server.price_per_hour for server in servers),
-        message_s=min(server.shards * server.message_s for server in servers),
-    )
-    envelope = _box(dataclasses.replace(instances[0], parameter_server=ideal), planning,
-                    tops=("time",))
+    envelope = _box(ideal(instances[0], [instance.parameter_server for instance in instances]),
+                    planning, tops=("time",))
     if envelope is None or not envelope.deadline_met:
         return None
     deadline = instances[0].objective.deadline_s
@@ -460,6 +453,18 @@ def _search_servers(
         return None
     box_points = int((row_hi - low + 1).sum())
     return found, envelope, box_points, evaluated
+
+
+def ideal(instance: Instance, servers: Sequence[ParameterServer]) -> Instance:
+    """`instance` pinned to an ideal server of `servers`: one machine with the greatest k·B_p,
+    the least k·c_msg and the least k·p_ps of them, at least as fast and as cheap as each of
+    them for every plan (`undominated`'s monotonicity): its box holds every server's rows."""
+    return pinned(instance, ParameterServer(
+        bandwidth_mbps=max(server.shards * server.bandwidth_mbps for server in servers),
+        function_bandwidth_mbps=servers[0].function_bandwidth_mbps,
+        price_per_hour=min(server.shards * server.price_per_hour for server in servers),
+        message_s=min(server.shards * server.message_s for server in servers),
+    ))
 
 
 def undominated(servers: tuple[ParameterServer, ...]) -> list[int]:
@@ -589,7 +594,10 @@ def deadline_crossings(
     instance: InstanceLike, *, memory_mb: int, platform: str | None = None
 ) -> list[model_bounds.Crossing]:
     """Where MODEL.md's T_train(n, memory_mb) = T_o, per regime (the paper's closed forms for
-    n, solved by SymPy): the n bounds of `solve()` lie between them, restarts only adding time."""
+    n, solved by SymPy): the n bounds of `solve()` lie between them, restarts only adding time.
+    With several parameter servers, on the ideal one (`ideal`), whose box `solve()` reports."""
     loaded = load_instance(instance, platform=platform)
+    if loaded.servers:
+        loaded = ideal(loaded, [loaded.servers[i] for i in undominated(loaded.servers)])
     values = loaded.values()
     return model_bounds.deadline_crossings(values, memory_mb, loaded.objective.deadline_s)

@@ -318,6 +318,10 @@ def test_hostile_controllers_are_refused() -> None:
         Controller(instance, 2, 1024, 8, 10, math.inf)
     with pytest.raises(InstanceError, match="`observation` must be"):
         Controller(instance, 2, 1024, 8, 10, 100).observe("leg")  # type: ignore[arg-type]
+    catalogue = _instance("resnet50-cifar10")  # a run re-plans on its own server only
+    with pytest.raises(InstanceError, match=r"offers 40 parameter servers: .* `solved_from`"):
+        Controller(catalogue, 2, 1024, 8, 10, 100)
+    assert not Controller.start(catalogue).instance.servers
 
 
 # --- Controller v2: the posterior against numpy, and the scenarios it was built for ----------
@@ -435,10 +439,9 @@ def test_saturation_is_learned_per_memory_and_memory_is_not_escalated() -> None:
     controller does not buy memory past 3 GB (where the evidence says memory stopped
     helping), and once it has seen a second memory its belief at a third follows the
     saturated truth, not one factor for every memory."""
-    instance = _instance("resnet50-cifar10")
-    plan = Controller.start(instance, guarantee=GUARANTEE, noise=NoiseModel())
-    controller = Controller(instance, plan.functions, 3008, plan.global_batch, plan.iterations,
-                            plan.deadline_s * 1.5, GUARANTEE, NoiseModel())
+    plan = Controller.start(_instance("resnet50-cifar10"), guarantee=GUARANTEE, noise=NoiseModel())
+    controller = Controller(plan.instance, plan.functions, 3008, plan.global_batch,
+                            plan.iterations, plan.deadline_s * 1.5, GUARANTEE, NoiseModel())
     saturates = 1024.0
     done, elapsed = 0, 0.0
     for seed in range(4):
@@ -448,7 +451,7 @@ def test_saturation_is_learned_per_memory_and_memory_is_not_escalated() -> None:
         decision = controller.decide(iterations_done=done, elapsed_s=elapsed,
                                      observation=observation)
         assert decision.memory_mb <= 3008, decision.reason
-    rate = instance.profile.rate
+    rate = plan.instance.profile.rate
     for memory in (512.0, 2048.0, 6000.0):
         truth = math.log((rate.slope * memory + rate.intercept)
                          / (rate.slope * min(memory, saturates) + rate.intercept))

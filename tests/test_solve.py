@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from lambdadnn import (
     solve,
 )
 from tests.agreement import assert_solves_as_brute_force
-from tests.oracle import brute_force, grid, read
+from tests.oracle import DEADLINE_NUDGE, brute_force, grid, read
 from tests.strategies import instance_mappings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,14 +77,18 @@ def test_solve_is_optimal_against_brute_force(mapping: dict[str, Any]) -> None:
 @settings(max_examples=60)
 @given(instance_mappings(), st.data())
 def test_evaluate_matches_the_oracle_at_random_plans(mapping: dict[str, Any], data: Any) -> None:
-    """Property: evaluate() gives the oracle's time, cost, validity and feasibility."""
+    """Property: evaluate() gives the oracle's time, cost, validity and feasibility (a plan
+    whose time is the deadline to within `DEADLINE_NUDGE`, rounding apart, may be judged
+    either side of it: the two codes round in their own order)."""
     problem = read(mapping)
     n = data.draw(st.integers(1, problem.max_functions))
     m = int(data.draw(st.sampled_from(list(problem.memory()))))
     got = evaluate(mapping, functions=n, memory_mb=m)
     oracle = {k: float(np.asarray(v).item()) for k, v in grid(problem, n, m).items()}
     assert got.valid == bool(oracle["valid"])
-    assert got.feasible == bool(oracle["feasible"])
+    at_deadline = math.isclose(oracle["time"], problem.deadline_s, rel_tol=DEADLINE_NUDGE)
+    if not at_deadline:
+        assert got.feasible == bool(oracle["feasible"])
     if got.valid:
         assert got.time_s == pytest.approx(oracle["time"], rel=1e-12)
         assert got.cost_usd == pytest.approx(oracle["cost"], rel=1e-12)
