@@ -52,6 +52,7 @@ def enumerate_candidates(
     values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, row_hi: Index,
     deadline_s: float, noise: model.NoiseTerms | None = None, *, ceiling: float | None = None,
     weight: float = 0.0, above: float = np.inf, server: Index | None = None,
+    beaten: Beaten | None = None,
 ) -> Candidates:
     """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
 
@@ -72,6 +73,10 @@ def enumerate_candidates(
     With `server`, row i runs on parameter server `server[i]`: the parameters that differ
     between servers are arrays in `values`, one entry per server (`pipeline` chooses among
     servers so, in one search with one incumbent), and the result says each plan's server.
+
+    With `beaten` (plans known on other servers), a piece is dropped when a known plan with
+    at most its functions is at least as fast as its fastest plan and cheaper than its floor:
+    every plan in it is dominated in (time, cost, functions), so no schedule needs it.
     """
     checked = model.deadline_figure(noise)
     names = tuple(dict.fromkeys(("time", "restarts", "cost", checked)))
@@ -124,6 +129,9 @@ def enumerate_candidates(
         floor = _floor(on(which), memory, n, starts, at_end, weight)
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
         keep &= ends > starts  # a one-point piece was evaluated exactly just now
+        if beaten is not None:
+            known = beaten.least(np.broadcast_to(n[:, None], keep.shape), at_end[checked])
+            keep &= ~(known < floor * (1 - PRUNE_RTOL))
         n = np.broadcast_to(n[:, None], keep.shape)[keep]
         if which is not None:
             which = np.broadcast_to(which[:, None], keep.shape)[keep]
@@ -133,6 +141,49 @@ def enumerate_candidates(
         np.concatenate(found_c), evaluated,
         None if server is None else np.concatenate(found_s or [np.empty(0, np.int64)]),
     )
+
+
+BEATEN_BUCKETS = 32  # function counts at which `Beaten` keeps a staircase
+
+
+@dataclass(frozen=True)
+class Beaten:
+    """Known plans, asked: the least cost of one with at most n functions taking at most t.
+
+    The plans with at most each of a few function counts (`BEATEN_BUCKETS` quantiles) are
+    kept as a staircase (time ascending, running least cost); a question at n is answered
+    from the largest count ≤ n, so the answer is a real plan's cost, at least the exact least.
+    """
+
+    counts: Index
+    offsets: Index
+    times: Array
+    costs: Array
+
+    @classmethod
+    def of(cls, time: Array, cost: Array, functions: Index) -> Beaten:
+        counts = np.unique(np.quantile(functions, np.linspace(0, 1, BEATEN_BUCKETS),
+                                       method="lower").astype(np.int64))
+        times, costs, offsets = [], [], [0]
+        for count in counts.tolist():
+            mine = np.flatnonzero(functions <= count)
+            order = mine[np.argsort(time[mine], kind="stable")]
+            times.append(time[order])
+            costs.append(np.minimum.accumulate(cost[order]))
+            offsets.append(offsets[-1] + len(order))
+        return cls(counts, np.array(offsets, dtype=np.int64), np.concatenate(times),
+                   np.concatenate(costs))
+
+    def least(self, functions: Index, time: Array) -> Array:
+        """The least known cost with at most `functions` taking at most `time` (+∞: none)."""
+        out = np.full(np.shape(time), np.inf)
+        bucket = np.searchsorted(self.counts, functions, side="right") - 1
+        for b in np.unique(bucket[bucket >= 0]).tolist():
+            mine = bucket == b
+            lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])
+            at = np.searchsorted(self.times[lo:hi], time[mine], side="right") - 1
+            out[mine] = np.where(at >= 0, self.costs[lo:hi][np.maximum(at, 0)], np.inf)
+        return out
 
 
 def _leaf_points(lo: Index, hi: Index) -> tuple[Index, npt.NDArray[np.bool_]]:

@@ -33,7 +33,7 @@ from .instance_validation import (
     positive_number,
 )
 from .instance_yaml import load_instance
-from .options import Options, merged, options
+from .options import Options, kind_fronts, merged
 from .pipeline import (
     RECHECK_RTOL,
     check_guarantee,
@@ -255,8 +255,11 @@ def solve_many(
         for kind in mine:
             slowest[kind] = max(slowest[kind], job.deadline_s)
     planning = [planning_terms(key, share, noise) for key in keys]
-    fronts = [options(key, guarantee=share, noise=noise, max_functions=limit,
-                      slowest_s=slowest[kind]) for kind, key in enumerate(keys)]
+    # Each instance's kinds' fronts together: a server's plans that one before it beats in
+    # time, cost and functions are never in a cheaper schedule (`kind_fronts`).
+    fronts = [front for instance, mine in zip(instances, kinds_of, strict=True)
+              for front in kind_fronts(instance, guarantee=share, noise=noise,
+                                       max_functions=limit, slowest_s=slowest[mine[0]])]
     catalogues = [
         Catalogue.of(corner(key, planning[kind]).instance, fronts[kind], planning[kind],
                      min(limit, key.max_functions), slowest[kind])

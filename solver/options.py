@@ -23,7 +23,7 @@ import numpy.typing as npt
 from ..models import bounds as model_bounds
 from ..models import performance as model
 from ..models.noise import NoiseModel, PlanningNoise, planning_noise
-from .candidates import enumerate_candidates, pareto
+from .candidates import Beaten, enumerate_candidates, pareto
 from .fit_uncertainty import corner
 from .instance import Instance
 from .pipeline import pinned, undominated
@@ -72,12 +72,14 @@ NO_OPTIONS = Options(
     np.empty(0), np.empty(0), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
 )
 _Key = tuple[tuple[object, ...], float | None, NoiseModel | None, int]
-_fronts: OrderedDict[_Key, tuple[float, Options]] = OrderedDict()
+_fronts: OrderedDict[_Key, tuple[float, tuple[Options, ...]]] = OrderedDict()
 _lock = threading.Lock()
 
 
 def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
-           slowest_s: float) -> Options:
+           slowest_s: float, known: Options) -> Options:
+    """The front of `instance`'s plans, of those no plan of `known` (other servers' fronts)
+    beats in time, cost and functions at once; its fastest plan always."""
     values = instance.values()
     memory = instance.platform.memory.values()
     box = model_bounds.box(
@@ -92,14 +94,69 @@ def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
     ceiling = float(model.figures(
         values, float(rows[fastest]), memory[row_hi[fastest]], ("cost",), noise
     )["cost"])
+    beaten = Beaten.of(known.time_s, known.cost_usd, known.functions) if len(known) else None
     found = enumerate_candidates(
-        values, memory, rows, box.m_lo, row_hi, slowest_s, noise, ceiling=ceiling
+        values, memory, rows, box.m_lo, row_hi, slowest_s, noise, ceiling=ceiling,
+        beaten=beaten,
     )
-    front = pareto(found.time, found.cost, found.functions, found.memory_index)
-    return Options(
-        found.time[front], found.cost[front], found.functions[front],
-        memory[found.memory_index[front]].astype(np.int64),
+    time, cost, functions, index = found.time, found.cost, found.functions, found.memory_index
+    if beaten is not None:
+        # A real plan on the front is never wrong (pricing takes its cost and time as a
+        # kind's cheapest within a time); the fastest stands for those above the ceiling.
+        keep = ~(beaten.least(functions, time) < cost)
+        keep[np.argmin(time)] = True
+        time, cost, functions, index = time[keep], cost[keep], functions[keep], index[keep]
+    front = pareto(time, cost, functions, index)
+    return Options(time[front], cost[front], functions[front],
+                   memory[index[front]].astype(np.int64))
+
+
+def kind_fronts(instance: Instance, *, guarantee: float | None, noise: NoiseModel | None,
+                max_functions: int, slowest_s: float) -> tuple[Options, ...]:
+    """Per kind of plan of `instance` (itself, or each of its parameter servers another does
+    not beat, in `undominated` order), the front of its plans that no plan of the kinds
+    before it (cheapest per hour first) beats in time, cost and functions at once. Those
+    are never in a cheaper schedule: their (time, cost) is no better and they hold no fewer
+    functions for no shorter a time. The union of the kinds' fronts (`merged`) is
+    `options`; the dear servers (whose fastest plans cost $10-25 on ResNet-50) are searched
+    only where they are faster."""
+    limit = min(max_functions, instance.max_functions)
+    key = (instance.undated_key(), guarantee, noise, limit)  # a front serves every deadline
+    with _lock:
+        kept = _fronts.get(key)
+        if kept is not None:
+            _fronts.move_to_end(key)
+    if kept is not None and kept[0] >= slowest_s:
+        return tuple(front.within(slowest_s) for front in kept[1])
+    planning = None if guarantee is None else planning_noise(
+        noise or NoiseModel(), guarantee, instance.max_functions
     )
+    servers = instance.servers
+    variants = ([pinned(instance, servers[i]) for i in undominated(servers)] if servers
+                else [instance])
+    found = [NO_OPTIONS] * len(variants)
+    known: list[Options] = []
+    for j in sorted(range(len(variants)), key=lambda j: (
+            variants[j].parameter_server.shards * variants[j].parameter_server.price_per_hour,
+            j)):
+        found[j] = _front(corner(variants[j], planning).instance, planning, limit, slowest_s,
+                          _joined(known))
+        known.append(found[j])
+    fronts = tuple(found)
+    with _lock:
+        _fronts[key] = (slowest_s, fronts)
+        _fronts.move_to_end(key)
+        while len(_fronts) > FRONTS_KEPT:
+            _fronts.popitem(last=False)
+    return fronts
+
+
+def _joined(parts: list[Options]) -> Options:
+    """Every plan of `parts` together (not a front: a plan with fewer functions counts)."""
+    if not parts:
+        return NO_OPTIONS
+    return Options(*(np.concatenate([getattr(part, name) for part in parts])
+                     for name in ("time_s", "cost_usd", "functions", "memory_mb")))
 
 
 def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | None,
@@ -109,25 +166,5 @@ def options(instance: Instance, *, guarantee: float | None, noise: NoiseModel | 
     (inputs already checked; a profiled instance at its fit's adverse corner); empty when
     none does. An instance that chooses its parameter server has the front of the plans on
     all its servers together (those another beats left out, as `solve()` leaves them)."""
-    if instance.servers:
-        return merged([options(pinned(instance, instance.servers[i]), guarantee=guarantee,
-                               noise=noise, max_functions=max_functions, slowest_s=slowest_s)
-                       for i in undominated(instance.servers)])
-    limit = min(max_functions, instance.max_functions)
-    key = (instance.undated_key(), guarantee, noise, limit)  # a front serves every deadline
-    with _lock:
-        kept = _fronts.get(key)
-        if kept is not None:
-            _fronts.move_to_end(key)
-    if kept is not None and kept[0] >= slowest_s:
-        return kept[1].within(slowest_s)
-    planning = None if guarantee is None else planning_noise(
-        noise or NoiseModel(), guarantee, instance.max_functions
-    )
-    front = _front(corner(instance, planning).instance, planning, limit, slowest_s)
-    with _lock:
-        _fronts[key] = (slowest_s, front)
-        _fronts.move_to_end(key)
-        while len(_fronts) > FRONTS_KEPT:
-            _fronts.popitem(last=False)
-    return front
+    return merged(list(kind_fronts(instance, guarantee=guarantee, noise=noise,
+                                   max_functions=max_functions, slowest_s=slowest_s)))

@@ -175,7 +175,7 @@ def test_bad_input_is_one_line_and_nothing_is_solved(
     named: str,
 ) -> None:
     fronts: list[object] = []
-    monkeypatch.setattr(many, "options", lambda *a, **k: fronts.append(a))  # not reached
+    monkeypatch.setattr(many, "kind_fronts", lambda *a, **k: fronts.append(a))  # not reached
     monkeypatch.chdir(tmp_path)
     code, out, err = run(trace(tmp_path, rows), *args)
     assert (code, out, fronts) == (1, "", [])
