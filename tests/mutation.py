@@ -443,6 +443,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "bandwidth = np.array([server.bandwidth_mbps for server in servers])",
            (PS_ORACLE, SOLVE), "servers are compared by one shard's bandwidth: more shards "
            "look dominated by fewer"),
+    Mutant("ideal-server-slowest", "solver/pipeline.py",
+           "bandwidth_mbps=max(server.shards * server.bandwidth_mbps for server in servers),",
+           "bandwidth_mbps=min(server.shards * server.bandwidth_mbps for server in servers),",
+           (PS_ORACLE,), "the ideal server bounding every server's rows is the slowest: its box "
+           "cuts rows the faster servers meet the deadline in"),
+    Mutant("kind-fronts-without-functions", "solver/candidates.py",
+           "bucket = np.searchsorted(self.counts, functions, side=\"right\") - 1",
+           "bucket = np.full(np.shape(functions), len(self.counts) - 1)",
+           (OPTIONS,), "a server's front drops plans another server's beat in time and cost "
+           "though they hold fewer functions (a schedule may need them)"),
     Mutant("crossings-without-k", "models/bounds.py",
            'in_comm = (params["B_fmax"] <= params["k_ps"] * params["B_p"] / n) == function_bound',
            'in_comm = (params["B_fmax"] <= params["B_p"] / n) == function_bound',
