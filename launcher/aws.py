@@ -39,14 +39,12 @@ import math
 import random
 import re
 import signal
-import threading
 import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
@@ -58,7 +56,7 @@ from . import LaunchError
 from .adaptive import Planner
 from .backend import Channel, Observed
 from .channel import REDIS_URLS_ENV
-from .local import Interrupted
+from .local import Interrupted, StopSignals
 from .orchestrator import (
     DEFAULTS,
     REAL_TIME,
@@ -191,45 +189,6 @@ class AwsInterrupted(Interrupted):
 
 def _nothing() -> None:
     """No interruption to check: cleanup, and callers outside a launch."""
-
-
-class _StopSignals:
-    """SIGINT, SIGTERM and SIGHUP during an AWS launch, as one `AwsInterrupted`.
-
-    The first signal is only noted, and raised where the launcher checks (`check`: before
-    each AWS call and after each pause), so that no call that creates something is cut in
-    half, leaving an instance or a function that nobody knows of; the orchestrator's `stop`
-    then runs as on any other error. A second signal raises at once (a call hangs and the
-    user insists). Outside the main thread, where Python allows no handlers, it only checks.
-    """
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _note(self, signum: int, _frame: FrameType | None) -> None:
-        if self.received is not None:
-            raise AwsInterrupted(signum)
-        self.received = signum
-
-    def check(self) -> None:
-        if self.received is not None:
-            raise AwsInterrupted(self.received)
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for number in self._SIGNALS:
-                self._previous[number] = signal.signal(number, self._note)
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
 
 
 @dataclass(frozen=True)
@@ -1438,7 +1397,9 @@ def run_aws(
     `channel` still); the report's `runs_on` ends with the k shards' cost. Given `shards`,
     a one-shard launch checks the plan's PS type against that Redis's (`check_ps_type`).
     """
-    with _StopSignals() as signals:
+    # The first signal is only noted and raised where the launcher checks (before each AWS
+    # call and after each pause), so no call that creates something is cut in half.
+    with StopSignals(raised=AwsInterrupted, insist=True) as signals:
         backend = AwsBackend(spec, client, target, redis_url=redis_url, job=job,
                              channel=channel, timeout_s=options.timeout_s, following=following,
                              shards=shards, interrupt=signals.check, with_shards=with_shards)

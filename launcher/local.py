@@ -183,29 +183,37 @@ class Interrupted(KeyboardInterrupt):
         )
 
 
-class _StopSignals:
+class StopSignals:
     """SIGINT, SIGTERM and SIGHUP as one KeyboardInterrupt, raised only where `check` is called.
 
-    The handlers just note the signal, so no start or stop of a process or cgroup is ever cut
-    in half; the old handlers come back on exit. Outside the main thread (where Python
-    allows no handlers) it only checks, and the signals keep their own behaviour.
-    `resumable`: the job the `Interrupted` names as resumable.
+    The handlers just note the signal, so no start or stop of a process, cgroup or cloud
+    resource is ever cut in half; the old handlers come back on exit. Outside the main thread
+    (where Python allows no handlers) it only checks, and the signals keep their own
+    behaviour. `raised(signum)` is what `check` raises (default: `Interrupted` naming
+    `resumable` as the job whose checkpoint stays); with `insist`, a second signal raises at
+    once (a call hangs and the user insists).
     """
 
-    def __init__(self, resumable: str | None = None) -> None:
+    def __init__(self, resumable: str | None = None, *,
+                 raised: Callable[[int], KeyboardInterrupt] | None = None,
+                 insist: bool = False) -> None:
         self.received: int | None = None
         self.resumable = resumable
+        self._raised = raised or (lambda signum: Interrupted(signum, resumable))
+        self._insist = insist
         self._previous: dict[int, Any] = {}
 
     def _note(self, signum: int, _frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+        elif self._insist:
+            raise self._raised(signum)
 
     def check(self) -> None:
         if self.received is not None:
-            raise Interrupted(self.received, self.resumable)
+            raise self._raised(self.received)
 
-    def __enter__(self) -> _StopSignals:
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for number in _STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, self._note)
@@ -696,7 +704,7 @@ class LocalBackend:
         self._given, self._oversubscribe, self._resume = redis_url, oversubscribe, resume
         self._url = redis_url or ""
         self._urls: list[str] = []  # one per shard, shard 0's first (`_url`)
-        self._signals = _StopSignals(self.job if redis_url is not None else None)
+        self._signals = StopSignals(self.job if redis_url is not None else None)
         self._stack = ExitStack()
         self._env: dict[str, str] = {}
         self._client: redis.Redis | None = None
