@@ -10,6 +10,7 @@ This module imports numpy only.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -89,6 +90,16 @@ def parameter_values(params: Mapping[str, float]) -> tuple[float, ...]:
     """The parameters in the program's order, as numpy floats (an overflow gives inf, never an
     exception), so callers can pass them once to `figures`."""
     return tuple(np.float64(params[name]) for name in program().parameters)
+
+
+def parameter_index(name: str) -> int:
+    """Where parameter `name` is in a parameter vector (`parameter_values`)."""
+    return _parameter_indices()[name]
+
+
+@functools.cache
+def _parameter_indices() -> dict[str, int]:
+    return {name: i for i, name in enumerate(program().parameters)}
 
 
 def per_server(columns: list[tuple[float, ...]]) -> tuple[float, ...]:

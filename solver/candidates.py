@@ -49,10 +49,10 @@ class Candidates:
 
 
 def enumerate_candidates(
-    values: tuple[float, ...], memory: Array, rows: Index, m_lo: int, row_hi: Index,
+    values: tuple[float, ...], memory: Array, rows: Index, m_lo: int | Index, row_hi: Index,
     deadline_s: float, noise: model.NoiseTerms | None = None, *, ceiling: float | None = None,
     weight: float = 0.0, above: float = np.inf, server: Index | None = None,
-    beaten: Beaten | None = None,
+    beaten: Beaten | None = None, front_only: bool = False, tops_first: bool = False,
 ) -> Candidates:
     """Every feasible plan that could be (tied with) the cheapest, plus those seen on the way.
 
@@ -60,7 +60,10 @@ def enumerate_candidates(
     `ceiling` is kept, so the result holds the whole (time, cost) Pareto front below it.
 
     Row `rows[i]` spans the memory indices `m_lo..row_hi[i]` (a vCPU limit lowers the top
-    of the rows with many functions).
+    of the rows with many functions; `m_lo` may be one per row, for a search that starts
+    from pieces of rows). With `tops_first` each interval is first evaluated at its top
+    alone (one plan) and pruned whole before it is split: for intervals another bound has
+    already cut down, which are then mostly dropped at one plan each rather than PIECES.
 
     With a `weight` w ≥ 0 the plans are ranked by cost + w·n instead of the cost: a schedule
     prices each function it holds (`solver.pricing`). The bound stays valid, n being fixed
@@ -77,6 +80,11 @@ def enumerate_candidates(
     With `beaten` (plans known on other servers), a piece is dropped when a known plan with
     at most its functions is at least as fast as its fastest plan and cheaper than its floor:
     every plan in it is dominated in (time, cost, functions), so no schedule needs it.
+
+    With `front_only` (and a `ceiling`), only the (time, cost) Pareto front of the plans no
+    known plan beats is wanted: a piece is also dropped when a plan already found (and not
+    beaten) is at least as fast as its fastest plan and cheaper than its floor. The result
+    then holds that front, not every plan below `ceiling`.
     """
     checked = model.deadline_figure(noise)
     names = tuple(dict.fromkeys(("time", "restarts", "cost", checked)))
@@ -88,6 +96,7 @@ def enumerate_candidates(
     incumbent = above if ceiling is None else ceiling
 
     found_s: list[Index] = []
+    stair = _Staircase()
 
     def on(which: Index | None) -> tuple[float, ...]:
         """The parameters of rows whose servers are `which` (as a column)."""
@@ -106,25 +115,31 @@ def enumerate_candidates(
         found_m.append(index[feasible])
         found_t.append(figures[checked][feasible])
         found_c.append(figures["cost"][feasible])
+        if front_only:  # only plans no known one beats: the front is of those
+            unbeaten = (slice(None) if beaten is None else
+                        ~(beaten.least(found_n[-1], found_t[-1]) < found_c[-1]))
+            stair.add(found_t[-1][unbeaten], found_c[-1][unbeaten])
         if feasible.any() and ceiling is None:
             ranked = found_c[-1] + weight * found_n[-1]
             incumbent = min(incumbent, float(ranked.min()))
         return figures
 
     n = rows.astype(np.int64)
-    lo = np.full(len(n), m_lo, dtype=np.int64)
+    lo = np.broadcast_to(np.asarray(m_lo, dtype=np.int64), n.shape).copy()
     hi = row_hi.astype(np.int64)
     which = None if server is None else server.astype(np.int64)
+    whole = tops_first
     while len(n):
         leaf = hi - lo + 1 <= LEAF
-        if leaf.any():
+        if leaf.any() and not whole:
             record(n[leaf], *_leaf_points(lo[leaf], hi[leaf]),
                    None if which is None else which[leaf])
             n, lo, hi = n[~leaf], lo[~leaf], hi[~leaf]
             which = None if which is None else which[~leaf]
             if not len(n):
                 break
-        starts, ends = pieces(lo, hi)
+        starts, ends = (lo[:, None], hi[:, None]) if whole else pieces(lo, hi)
+        whole = False
         at_end = record(n, ends, np.ones(ends.shape, dtype=np.bool_), which)
         floor = _floor(on(which), memory, n, starts, at_end, weight)
         keep = (at_end[checked] <= deadline_s) & (floor <= incumbent * (1 + PRUNE_RTOL))
@@ -132,6 +147,8 @@ def enumerate_candidates(
         if beaten is not None:
             known = beaten.least(np.broadcast_to(n[:, None], keep.shape), at_end[checked])
             keep &= ~(known < floor * (1 - PRUNE_RTOL))
+        if front_only:
+            keep &= ~(stair.least(at_end[checked]) < floor * (1 - PRUNE_RTOL))
         n = np.broadcast_to(n[:, None], keep.shape)[keep]
         if which is not None:
             which = np.broadcast_to(which[:, None], keep.shape)[keep]
@@ -141,6 +158,28 @@ def enumerate_candidates(
         np.concatenate(found_c), evaluated,
         None if server is None else np.concatenate(found_s or [np.empty(0, np.int64)]),
     )
+
+
+class _Staircase:
+    """The (time, cost) front of the plans seen so far: asked, the least cost of one taking at
+    most t (+∞: none)."""
+
+    def __init__(self) -> None:
+        self.times: Array = np.empty(0)
+        self.costs: Array = np.empty(0)
+
+    def add(self, time: Array, cost: Array) -> None:
+        if not len(time):
+            return
+        time, cost = np.concatenate((self.times, time)), np.concatenate((self.costs, cost))
+        none = np.zeros(len(time), dtype=np.int64)
+        keep = pareto(time, cost, none, none)
+        self.times, self.costs = time[keep], cost[keep]
+
+    def least(self, time: Array) -> Array:
+        at = np.searchsorted(self.times, time, side="right") - 1
+        return np.where(at >= 0, self.costs[np.maximum(at, 0)] if len(self.costs) else np.inf,
+                        np.inf)
 
 
 BEATEN_BUCKETS = 32  # function counts at which `Beaten` keeps a staircase

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from ..inputs.errors import InstanceError
 from ..inputs.numbers import number
-from ..models.performance import parameter_values
+from ..models.performance import parameter_index, parameter_values
 
 MAX_GRID_POINTS = 1_000_000
 MAX_CONCURRENCY = 1_000_000
@@ -150,6 +150,17 @@ class ParameterServer:
         return {"type": self.type, "shards": self.shards}
 
 
+def _server_parameters(server: ParameterServer) -> dict[str, float]:
+    """The model's parameters that a parameter server sets, by symbol name."""
+    return {
+        "B_p": server.bandwidth_mbps,
+        "B_fmax": server.function_bandwidth_mbps,
+        "p_ps": server.price_per_hour,
+        "k_ps": float(server.shards),
+        "c_msg": server.message_s,
+    }
+
+
 @dataclass(frozen=True)
 class Objective:
     deadline_s: float
@@ -278,9 +289,7 @@ class Instance:
             "alpha2": storage.slope,
             "beta2": storage.intercept,
             "B_s": storage.max_mbps,
-            "B_p": ps.bandwidth_mbps,
-            "B_fmax": ps.function_bandwidth_mbps,
-            "p_ps": ps.price_per_hour,
+            **_server_parameters(ps),
             "p_gbs": pf.price_per_gb_second,
             "p_req": pf.price_per_request,
             "L": pf.timeout_s - pf.timeout_margin_s,
@@ -288,8 +297,6 @@ class Instance:
             "lam": self.profile.latency_s,
             "s_0": self.profile.startup.base_s,
             "s_1": self.profile.startup.per_function_s,
-            "k_ps": float(ps.shards),
-            "c_msg": ps.message_s,
         }
 
     def values(self) -> tuple[float, ...]:
@@ -300,6 +307,17 @@ class Instance:
     @functools.cached_property
     def _values(self) -> tuple[float, ...]:  # a frozen dataclass still has a __dict__
         return parameter_values(self.parameters())
+
+    def on_server(self, server: ParameterServer) -> Instance:
+        """This instance run on `server` alone. Its parameter vector is this one's with the
+        server's entries replaced, not computed again: a choice over a catalogue pins every
+        server of it in each `solve()`."""
+        pinned = dataclasses.replace(self, parameter_server=server, servers=())
+        values = list(self.values())
+        for name, value in _server_parameters(server).items():
+            values[parameter_index(name)] = np.float64(value)
+        pinned.__dict__["_values"] = tuple(values)
+        return pinned
 
     def with_deadline(self, deadline_s: object) -> Instance:
         """This instance due `deadline_s` seconds after it starts, checked as

@@ -97,7 +97,7 @@ def _front(instance: Instance, noise: PlanningNoise | None, max_functions: int,
     beaten = Beaten.of(known.time_s, known.cost_usd, known.functions) if len(known) else None
     found = enumerate_candidates(
         values, memory, rows, box.m_lo, row_hi, slowest_s, noise, ceiling=ceiling,
-        beaten=beaten,
+        beaten=beaten, front_only=True,
     )
     time, cost, functions, index = found.time, found.cost, found.functions, found.memory_index
     if beaten is not None:

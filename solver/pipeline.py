@@ -284,7 +284,7 @@ def fastest(
 def pinned(instance: Instance, server: ParameterServer) -> Instance:
     """`instance` run on `server` alone: what a plan on it is solved, evaluated and launched
     from."""
-    return dataclasses.replace(instance, parameter_server=server, servers=())
+    return instance.on_server(server)
 
 
 def _choose_server(
@@ -377,7 +377,8 @@ def _over_servers(chosen: model_bounds.Bounds, servers: int, undominated_count: 
         "an ideal server with the greatest k·B_p and least k·c_msg of them (T non-increasing "
         "in k·B_p and non-decreasing in k·c_msg, proved, so no server is faster), and a row "
         "costs at least T*(n, top)·weight(n, m_lo) + n·p_req, so one above the incumbent is "
-        "dropped before its own time is evaluated"
+        "dropped before its own time is evaluated, and so is each piece of a row whose "
+        "T*(n, piece top)·weight(n, piece start) + n·(r* + 1)·p_req is"
         if ideal else
         f"; the fastest plan is sought (none meets the deadline, or `fastest`), so every row "
         f"(server, n), n ∈ [{n_min}, {n_max}] in all, is evaluated at its top"
@@ -392,6 +393,10 @@ def _over_servers(chosen: model_bounds.Bounds, servers: int, undominated_count: 
 
 
 SEED_ROWS = 128  # the rows of least floor evaluated first, for an incumbent
+# Above this many pieces kept, each is evaluated at its top before it is split: the level
+# costs about as much as evaluating 2,000 plans (its fixed cost is the model's ~100 array
+# operations), and it saves up to PIECES - 1 plans for each piece it drops.
+TOPS_FIRST_PIECES = 512
 
 
 def _search_servers(
@@ -407,10 +412,11 @@ def _search_servers(
     with the greatest k·B_p and the least k·c_msg of all is at least as fast for every
     plan: its box bounds every server's rows, and T*(n, top)·weight_s(n, m_lo) + n·p_req
     bounds the cost of row n on server s. The rows of least bound are searched first; every
-    row whose bound is above the plan found is dropped before its own time is evaluated.
+    row whose bound is above the plan found is dropped before its own time is evaluated,
+    and so is every piece of a row whose bound on the ideal server is.
     """
-    envelope = _box(ideal(instances[0], [instance.parameter_server for instance in instances]),
-                    planning, tops=("time",))
+    best = ideal(instances[0], [instance.parameter_server for instance in instances])
+    envelope = _box(best, planning, tops=("time",))
     if envelope is None or not envelope.deadline_met:
         return None
     deadline = instances[0].objective.deadline_s
@@ -446,8 +452,27 @@ def _search_servers(
     alive = np.flatnonzero(floor <= incumbent * (1 + PRUNE_RTOL))
     if not len(alive):
         return None
-    found = enumerate_candidates(per_server, memory, rows[alive], low, row_hi[alive], deadline,
-                                 planning, server=server[alive], above=incumbent)
+    # The first level of every alive row's search, from the ideal server: each n's PIECES
+    # pieces are evaluated there once (its time at a piece's top is a floor for every
+    # server's), and a piece is kept on a server only if that floor meets the deadline and
+    # its cost floor T*(n, top)·weight_s(n, start) + n·(r* + 1)·p_req is not above the plan.
+    unique_n, of_row = np.unique(rows[alive], return_inverse=True)
+    first_at = np.searchsorted(rows_n, unique_n)
+    top_of_n = envelope.row_hi[meets][first_at]
+    piece_lo, piece_hi = pieces(np.full(len(unique_n), low), top_of_n)
+    star = model.figures(best.values(), unique_n[:, None].astype(np.float64), memory[piece_hi],
+                         names, planning)
+    piece_floor = model_bounds.cost_lower_bound(
+        model.at(per_server, server[alive], column=True), functions[alive][:, None],
+        memory[piece_lo[of_row]], star["time"][of_row], star["restarts"][of_row])
+    keep = (star[checked][of_row] <= deadline) & (piece_floor <= incumbent * (1 + PRUNE_RTOL))
+    keep &= (piece_hi >= piece_lo)[of_row]  # a row narrower than PIECES has empty pieces
+    shape = keep.shape
+    found = enumerate_candidates(
+        per_server, memory, np.broadcast_to(rows[alive][:, None], shape)[keep],
+        piece_lo[of_row][keep], piece_hi[of_row][keep], deadline, planning,
+        server=np.broadcast_to(server[alive][:, None], shape)[keep], above=incumbent,
+        tops_first=int(keep.sum()) > TOPS_FIRST_PIECES)
     evaluated += found.evaluated
     if not len(found.cost):
         return None

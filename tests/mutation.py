@@ -448,11 +448,26 @@ MUTANTS: tuple[Mutant, ...] = (
            "bandwidth_mbps=min(server.shards * server.bandwidth_mbps for server in servers),",
            (PS_ORACLE,), "the ideal server bounding every server's rows is the slowest: its box "
            "cuts rows the faster servers meet the deadline in"),
+    Mutant("ideal-piece-floor-at-top", "solver/pipeline.py",
+           "memory[piece_lo[of_row]], star[\"time\"][of_row], star[\"restarts\"][of_row])",
+           "memory[piece_hi[of_row]], star[\"time\"][of_row], star[\"restarts\"][of_row])",
+           (PS_ORACLE,), "the ideal server's piece floor prices a piece's plans at its largest "
+           "memory: it drops pieces whose smaller sizes are cheaper"),
+    Mutant("ideal-pieces-empty-kept", "solver/pipeline.py",
+           "keep &= (piece_hi >= piece_lo)[of_row]",
+           "keep &= (piece_hi >= piece_lo - 1)[of_row]",
+           (PS_ORACLE,), "a row narrower than PIECES passes its empty pieces to the search, "
+           "whose tops lie below the row's smallest valid memory"),
     Mutant("kind-fronts-without-functions", "solver/candidates.py",
            "bucket = np.searchsorted(self.counts, functions, side=\"right\") - 1",
            "bucket = np.full(np.shape(functions), len(self.counts) - 1)",
            (OPTIONS,), "a server's front drops plans another server's beat in time and cost "
            "though they hold fewer functions (a schedule may need them)"),
+    Mutant("front-pruned-by-beaten-plans", "solver/candidates.py",
+           "~(beaten.least(found_n[-1], found_t[-1]) < found_c[-1]))",
+           "np.ones(len(found_t[-1]), dtype=np.bool_))",
+           (OPTIONS,), "a server's front search drops pieces that only plans another "
+           "server beats dominate (the front of the unbeaten plans loses points)"),
     Mutant("crossings-without-k", "models/bounds.py",
            'in_comm = (params["B_fmax"] <= params["k_ps"] * params["B_p"] / n) == function_bound',
            'in_comm = (params["B_fmax"] <= params["B_p"] / n) == function_bound',

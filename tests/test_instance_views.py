@@ -39,3 +39,14 @@ def test_with_deadline_changes_the_deadline_and_nothing_else() -> None:
     assert instance.objective.deadline_s != 1234.5  # the original is untouched
     assert later.undated_key() == instance.undated_key()
     assert later.values() == instance.values() == parameter_values(instance.parameters())
+
+
+def test_on_server_has_the_parameters_of_an_instance_built_on_that_server() -> None:
+    """`on_server` swaps the server's entries into the parameter vector instead of computing
+    it again: for every catalogue server it must equal the vector computed from scratch."""
+    instance = load_instance("resnet50-cifar10")
+    assert len(instance.servers) > 1
+    for server in instance.servers:
+        swapped = instance.on_server(server)
+        assert swapped.parameter_server == server and swapped.servers == ()
+        assert swapped.values() == parameter_values(swapped.parameters())

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambdadnn import NoValidPlanError, Plan, load_instance, solve
+from lambdadnn.solver import pipeline
 from tests import oracle
 from tests.by_hand import problem_of
 from tests.strategies import deadlines, instance_mappings
@@ -277,6 +278,16 @@ def judge_all(count: int) -> Counter[str]:
 
 def test_solve_chooses_the_oracles_server_fast() -> None:
     """The first seeded instances agree with the oracle (see `judge`)."""
+    judge_all(FAST)
+
+
+def test_the_choice_agrees_when_every_piece_is_evaluated_at_its_top_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The search over servers evaluates the pieces it keeps at their tops before splitting
+    them only when there are many (`TOPS_FIRST_PIECES`), which these small instances never
+    have: with the threshold at 0 they take that path, and must agree with the oracle too."""
+    monkeypatch.setattr(pipeline, "TOPS_FIRST_PIECES", 0)
     judge_all(FAST)
 
 
