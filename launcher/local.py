@@ -13,7 +13,8 @@ refused a write: OOM ...`), its traceback at debug level only. A failure no rela
 (`RunFailed`), as does a run that stops progressing; a run is never "done" without a finite loss.
 
 A plan with k parameter-server shards (`LaunchSpec.shards`) gets k redis-servers, one per
-shard (`channel.ParameterChannel`); on a caller's Redis (`redis_url`) all k shards share it.
+shard (`channel.ParameterChannel`); on a caller's Redis (`redis_url`) all k shards share it,
+and on a caller's Redis per shard (`redis_urls`, shard i on the i-th) each has its own.
 
 Nothing outlives a run: while it runs, SIGINT, SIGTERM and SIGHUP all become a
 KeyboardInterrupt at the next poll (never in the middle of starting or stopping a process), so
@@ -21,9 +22,10 @@ the same clean-up stops the workers, every redis-server it started and removes t
 Workers and redis-server run in sessions of their own (a terminal's Ctrl-C reaches only the
 launcher, which stops them in order) and are killed by the kernel if the launcher dies first;
 the empty cgroups a SIGKILLed launcher leaves are removed by the next launch
-(`sweep_cgroups`). On a caller's Redis (`redis_url`), a run that did not finish keeps its
-job's keys, which expire on their own (`LaunchSpec.key_ttl_s`), so that `resume` can continue
-it from its last checkpoint; a finished run deletes them.
+(`sweep_cgroups`). On a caller's Redis (`redis_url` or `redis_urls`), a run that did not
+finish keeps its job's keys on every shard, which expire on their own
+(`LaunchSpec.key_ttl_s`), so that `resume` can continue it from its last checkpoint; a
+finished run deletes them.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,13 +172,14 @@ def _die_with(parent: int) -> None:
 
 class Interrupted(KeyboardInterrupt):
     """A launch stopped by SIGINT, SIGTERM or SIGHUP, raised once everything is cleaned up;
-    `resumable`: the job whose checkpoint stays on the caller's Redis."""
+    `resumable`: the job whose checkpoint stays on the caller's Redis, named by `given`."""
 
-    def __init__(self, signum: int, resumable: str | None = None) -> None:
+    def __init__(self, signum: int, resumable: str | None = None, *,
+                 given: str = "`--redis-url`") -> None:
         self.signum = signum
         hint = ("" if resumable is None else
                 f"; job {resumable} keeps its checkpoint in Redis: continue it with "
-                f"`--resume {resumable}` and the same `--redis-url`")
+                f"`--resume {resumable}` and the same {given}")
         super().__init__(
             f"launch stopped by {signal.Signals(signum).name}; it left no process or cgroup "
             f"behind{hint}"
@@ -657,10 +660,13 @@ def _forget(channel: ParameterChannel) -> None:
         channel.cleanup()
 
 
-def check_resume(job: str, redis_url: str | None) -> None:
-    """Refuse, in one line, a `resume` of `job` that cannot be: no `redis_url` (the launcher's
-    own redis-server ends with its run, checkpoints and all), or not a job name."""
-    if redis_url is None:
+def check_resume(
+    job: str, redis_url: str | None, redis_urls: Sequence[str] | None = None
+) -> None:
+    """Refuse, in one line, a `resume` of `job` that cannot be: neither `redis_url` nor
+    `redis_urls` (the launcher's own redis-servers end with its run, checkpoints and all), or
+    not a job name."""
+    if redis_url is None and redis_urls is None:
         raise LaunchError(
             "`--resume` needs `--redis-url`, the Redis that holds the job's checkpoint: the "
             "redis-server a launch starts itself ends with that launch, checkpoints and all"
@@ -672,12 +678,43 @@ def check_resume(job: str, redis_url: str | None) -> None:
         )
 
 
+def _given_urls(
+    spec: LaunchSpec, redis_url: str | None, redis_urls: Sequence[str] | None
+) -> tuple[str, ...] | None:
+    """The caller's Redis of each shard (`redis_url` for all of them, or `redis_urls[i]` for
+    shard i), or None when the launcher starts its own; a wrong `redis_urls` is one line."""
+    if redis_urls is None:
+        return None if redis_url is None else (redis_url,) * spec.shards
+    if redis_url is not None:
+        raise LaunchError(
+            "`redis_url` and `redis_urls` are both given; give `redis_url` to put every shard "
+            "on one Redis, or `redis_urls` to give each shard its own, not both"
+        )
+    urls: tuple[object, ...] | None = None
+    if not isinstance(redis_urls, (str, bytes)):
+        with suppress(TypeError):
+            urls = tuple(redis_urls)
+    if urls is None or not all(isinstance(url, str) for url in urls):
+        raise LaunchError(
+            f"`redis_urls` must be a list of URLs, one per shard, not {brief(redis_urls, 60)}; "
+            "give e.g. ['redis://HOST-A:6379/0', 'redis://HOST-B:6379/0']"
+        )
+    if len(urls) != spec.shards:
+        raise LaunchError(
+            f"`redis_urls` lists {len(urls)} URL(s) but the plan has {spec.shards} "
+            f"parameter-server shard(s) (`shards`); give exactly one URL per shard"
+        )
+    return tuple(str(url) for url in urls)
+
+
 class LocalBackend:
     """A plan's ranks as worker processes here, each in a cgroup of m/1769 vCPU (a `Backend`).
 
     Everything is checked when it is built (`check_resume`, `check_capacity`, whose warning
-    it keeps); `setup` starts a redis-server per parameter-server shard unless `redis_url`
-    names one (which then holds every shard), and `resume` (a stopped job's name) starts
+    it keeps, and the caller's Redis URLs); `setup` starts a redis-server per
+    parameter-server shard unless the caller gives its own: `redis_url` (one Redis, which
+    then holds every shard) or `redis_urls` (shard i on `redis_urls[i]`), which are the
+    same to the run but for where each shard lives. `resume` (a stopped job's name) starts
     from that job's last checkpoint, on every shard. A round ends when every rank
     has returned, or at the first failure (the survivors would wait at the barrier for it).
     """
@@ -686,12 +723,13 @@ class LocalBackend:
 
     def __init__(
         self, spec: LaunchSpec, *, timeout_s: float, workload: str = DEFAULT_WORKLOAD,
-        redis_url: str | None = None, oversubscribe: bool = False, adaptive: bool = False,
-        resume: str | None = None,
+        redis_url: str | None = None, redis_urls: Sequence[str] | None = None,
+        oversubscribe: bool = False, adaptive: bool = False, resume: str | None = None,
     ) -> None:
         if resume is not None:
-            check_resume(resume, redis_url)
+            check_resume(resume, redis_url, redis_urls)
         check_shards(spec.shards)
+        given = _given_urls(spec, redis_url, redis_urls)
         warning = check_capacity(spec, oversubscribe=oversubscribe, adaptive=adaptive)
         warnings = [] if warning is None else [warning]
         if redis_url is not None and spec.shards > 1:
@@ -701,10 +739,16 @@ class LocalBackend:
         self.warnings: tuple[str, ...] = tuple(warnings)
         self.job = resume if resume is not None else f"local-{uuid.uuid4().hex[:12]}"
         self._spec, self._timeout_s, self._workload = spec, timeout_s, workload
-        self._given, self._oversubscribe, self._resume = redis_url, oversubscribe, resume
-        self._url = redis_url or ""
+        # `_given`: the caller's Redis of each shard (None: the launcher starts its own), and
+        # the name it came by, for the messages that tell how to resume or what was refused.
+        self._given, self._oversubscribe, self._resume = given, oversubscribe, resume
+        self._option = "redis_url" if redis_urls is None else "redis_urls"
+        self._named = "`--redis-url`" if redis_urls is None else "`redis_urls`"
+        self._url = given[0] if given is not None else ""
         self._urls: list[str] = []  # one per shard, shard 0's first (`_url`)
-        self._signals = StopSignals(self.job if redis_url is not None else None)
+        resumable = self.job if given is not None else None
+        self._signals = StopSignals(resumable, raised=lambda signum: Interrupted(
+            signum, resumable, given=self._named))
         self._stack = ExitStack()
         self._env: dict[str, str] = {}
         self._client: redis.Redis | None = None
@@ -729,8 +773,12 @@ class LocalBackend:
         return self._cap.description  # the last round's cap
 
     def setup(self) -> int:
-        if self._given is not None:
-            redis_client(self._given).close()  # a bad URL is refused before anything starts
+        if self._given is not None:  # a bad URL is refused before anything starts
+            for shard, url in enumerate(self._given):
+                if url not in self._given[:shard]:
+                    option = (self._option if self._option == "redis_url"
+                              else f"{self._option}[{shard}]")
+                    redis_client(url, option=option).close()
         self._env = _worker_environment(self._workload)
         self._stack.enter_context(self._signals)  # entered first, so it is left last
         if self._given is None:  # one server per shard, each stopped by the stack on any exit
@@ -739,12 +787,12 @@ class LocalBackend:
                 self._signals.check()
                 self._urls.append(self._stack.enter_context(redis_server()))
         else:
-            self._urls = [self._given] * self._spec.shards
+            self._urls = list(self._given)
         self._url = self._urls[0]
         self._client, *self._shard_clients = (
             self._stack.enter_context(redis_client(url)) for url in self._urls)
         self._channel = self._channel_for(self._spec.functions)
-        first = 0 if self._resume is None else _resume(self._channel)
+        first = 0 if self._resume is None else _resume(self._channel, self._named)
         if self._given is not None:
             _log.info("job %s: its keys expire %d s after its last checkpoint; after a stop, "
                       "continue it with `--resume %s`", self.job, self._spec.key_ttl_s, self.job)
@@ -832,6 +880,7 @@ def run_local(
     spec: LaunchSpec,
     *,
     redis_url: str | None = None,
+    redis_urls: Sequence[str] | None = None,
     timeout_s: float = 900,
     timeout_margin_s: float | None = None,
     checkpoint_every: int = 20,
@@ -849,11 +898,14 @@ def run_local(
     The options are `RunOptions`' and `Hooks`' (`warn` receives the capacity warning); with a
     `controller` (`Controller.of(spec)`) a change of plan re-makes the cgroups for the new n
     at m/1769 vCPU and the new ranks resume from the checkpoint (`launcher.adaptive`).
-    On a caller's Redis (`redis_url`) a finished run deletes its job's keys; one that failed
-    or was stopped keeps them until they expire (`spec.key_ttl_s` after the last checkpoint).
-    `resume` names such a job (its stop message does): the workers start from its last
-    checkpoint in Redis instead of iteration 0, with the same plan, workload and seed as
-    before. It needs `redis_url`, since the launcher's own redis-server ends with its run.
+    `redis_urls` puts shard i of the plan's `spec.shards` on the caller's Redis
+    `redis_urls[i]` (exactly one URL per shard; not with `redis_url`, which puts every shard
+    on one Redis): on a caller's Redis, either way, a finished run deletes its job's keys on
+    every shard; one that failed or was stopped keeps them until they expire (`spec.key_ttl_s`
+    after the last checkpoint). `resume` names such a job (its stop message does): the
+    workers start from its last checkpoint in Redis instead of iteration 0, with the same
+    plan, workload and seed as before. It needs `redis_url` or `redis_urls` (the same ones),
+    since the launcher's own redis-servers end with its run.
 
     Raises `LaunchError` when the plan cannot run; `RunFailed` (a `LaunchError` carrying the
     report, status "failed") when the run fails: a worker's `UnrecoverableError` (NaN or
@@ -864,19 +916,21 @@ def run_local(
     options = RunOptions(timeout_s=timeout_s, timeout_margin_s=timeout_margin_s,
                          checkpoint_every=checkpoint_every, seed=seed, workload=workload)
     backend = LocalBackend(spec, timeout_s=options.timeout_s, workload=workload,
-                           redis_url=redis_url, oversubscribe=oversubscribe,
+                           redis_url=redis_url, redis_urls=redis_urls,
+                           oversubscribe=oversubscribe,
                            adaptive=controller is not None, resume=resume)
     return orchestrate(spec, backend, options=options, hooks=Hooks(progress=progress, warn=warn),
                        controller=controller)
 
 
-def _resume(channel: ParameterChannel) -> int:
-    """`channel.resume()`, its refusal as one line naming `--resume`."""
+def _resume(channel: ParameterChannel, given: str = "`--redis-url`") -> int:
+    """`channel.resume()`, its refusal as one line naming `--resume` and where the job's
+    checkpoint should have been (`given`: the option the caller's Redis came by)."""
     try:
         return channel.resume()
     except ChannelError as error:
         raise LaunchError(f"`--resume` {channel.job}: {error}; launch it again without "
-                          "`--resume`, or give the `--redis-url` it ran on") from None
+                          f"`--resume`, or give the {given} it ran on") from None
 
 
 def _no_result(job: str, result: Mapping[str, Any] | None) -> str | None:
