@@ -48,6 +48,7 @@ from lambdadnn.launcher.spec import MAX_SHARDS, LaunchReport, LaunchSpec, check_
 from lambdadnn.launcher.timings import summarise
 from lambdadnn.solver.errors import InstanceError
 from tests.hang_guard import HANG_GUARD_S
+from tests.processes import alive, cmdline, descendants
 
 SIZE = 53  # prime: no shard count above 1 divides it, so the slices differ in length
 LR, MOMENTUM = 0.1, 0.9
@@ -627,46 +628,17 @@ def test_resuming_with_another_shard_count_is_one_line(redis_url: str) -> None:
 # -- no redis-server outlives a launch ---------------------------------------------------------
 
 
-def _descendants(root: int) -> set[int]:
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _servers_while_training(root: int, shards: int) -> set[int]:
     """Wait until the launch under `root` trains on its `shards` redis-servers with its 2
     workers (the channel is past iteration 0); its processes."""
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
-        pids = _descendants(root)
-        servers = [p for p in pids if b"redis-server" in _cmdline(p)]
-        workers = [p for p in pids if b"_worker_main" in _cmdline(p)]
+        pids = descendants(root)
+        servers = [p for p in pids if b"redis-server" in cmdline(p)]
+        workers = [p for p in pids if b"_worker_main" in cmdline(p)]
         if len(servers) == shards and len(workers) == 2:
             for server in servers:  # retitled "redis-server unixsocket:PATH"
-                found = re.findall(rb"unixsocket:([^\s\x00]+)", _cmdline(server))
+                found = re.findall(rb"unixsocket:([^\s\x00]+)", cmdline(server))
                 if not found:
                     continue
                 with contextlib.suppress(redis.RedisError), redis.Redis(
@@ -689,7 +661,7 @@ def launched() -> Iterator[list[subprocess.Popen[str]]]:
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=HANG_GUARD_S)
-        for pid in _descendants(process.pid) | {process.pid}:
+        for pid in descendants(process.pid) | {process.pid}:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         process.wait()
@@ -717,9 +689,9 @@ def test_stopping_a_sharded_launch_leaves_no_redis_server(
         assert err.endswith(f"error: launch stopped by {how}; it left no process or cgroup "
                             "behind\n"), err
     deadline = time.monotonic() + HANG_GUARD_S
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     folders = list(Path(tempfile.gettempdir()).glob(f"lambdadnn-redis-{process.pid}-*"))
     if how != "SIGKILL":
         assert folders == []

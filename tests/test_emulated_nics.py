@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -29,6 +28,7 @@ from lambdadnn.benchmarks.emulated_nics import (
     tbf_burst_bytes,
 )
 from tests.hang_guard import HANG_GUARD_S
+from tests.processes import alive
 
 pytestmark = pytest.mark.real  # network namespaces, links and redis-servers
 
@@ -56,14 +56,6 @@ def _links(pid: int) -> list[str]:
 def _inside(namespace: str) -> list[int]:
     listed = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
     return [int(pid) for pid in listed.stdout.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -139,7 +131,7 @@ def test_everything_is_removed_on_exit_and_on_an_exception() -> None:
         servers = [p for name in names for p in _inside(name)]
         assert len(names) == 2 and len(_links(pid)) == 2 and len(servers) == 2
     assert _namespaces(pid) == [] and _links(pid) == []
-    assert not any(_alive(server) for server in servers)
+    assert not any(alive(server) for server in servers)
 
     class Boom(Exception):
         pass
@@ -149,7 +141,7 @@ def test_everything_is_removed_on_exit_and_on_an_exception() -> None:
         assert len(servers) == 3
         raise Boom
     assert _namespaces(pid) == [] and _links(pid) == []
-    assert not any(_alive(server) for server in servers)
+    assert not any(alive(server) for server in servers)
     assert signal.getsignal(signal.SIGTERM) is handler  # the old handler is back
 
 
@@ -197,7 +189,7 @@ def test_a_signal_to_a_holder_leaves_no_namespace_link_or_server(
     assert err.strip() == (f"stopped by {how}; the emulated NICs' namespaces, links and "
                            "redis-servers are removed")
     assert _namespaces(holder.pid) == [] and _links(holder.pid) == []
-    assert not any(_alive(server) for server in servers)
+    assert not any(alive(server) for server in servers)
 
 
 def _dead_pid() -> int:

@@ -34,6 +34,7 @@ from lambdadnn.launcher.local import CGROUP_ROOT, MAX_LOCAL_FUNCTIONS, sweep_cgr
 from lambdadnn.launcher.spec import LaunchSpec, read_plan
 from lambdadnn.models.errors import LambdaDnnError
 from tests.hang_guard import HANG_GUARD_S
+from tests.processes import alive, cmdline, descendants
 
 pytestmark = pytest.mark.real  # torch (a launch loads the workload), launches and their processes
 
@@ -361,51 +362,16 @@ def test_an_instance_that_misses_its_deadline_needs_force(tmp_path: Path) -> Non
 # -- signals ----------------------------------------------------------------------------------
 
 
-def _parents() -> dict[int, int]:
-    """pid → parent pid of every process now."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # it ended while we looked
-    return parents
-
-
-def _descendants(root: int) -> set[int]:
-    parents = _parents()
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def _training(root: int) -> tuple[set[int], list[Path]]:
     """Wait until the launch under `root` trains; its processes and its job's cgroup dirs."""
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
-        pids = _descendants(root)
-        servers = [p for p in pids if b"redis-server" in _cmdline(p)]
-        workers = [p for p in pids if b"_worker_main" in _cmdline(p)]
+        pids = descendants(root)
+        servers = [p for p in pids if b"redis-server" in cmdline(p)]
+        workers = [p for p in pids if b"_worker_main" in cmdline(p)]
         if servers and len(workers) == 2:
             # redis-server retitles itself "redis-server unixsocket:PATH" (it has no TCP port)
-            sock = re.findall(rb"unixsocket:([^\s\x00]+)", _cmdline(servers[0]))[-1].decode()
+            sock = re.findall(rb"unixsocket:([^\s\x00]+)", cmdline(servers[0]))[-1].decode()
             try:
                 with redis.Redis(unix_socket_path=sock, socket_connect_timeout=1) as client:
                     for key in client.scan_iter(match="lambdadnn:*:state"):
@@ -435,7 +401,7 @@ def launched() -> Iterator[list[subprocess.Popen[str]]]:
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=HANG_GUARD_S)
-        for pid in _descendants(process.pid) | {process.pid}:
+        for pid in descendants(process.pid) | {process.pid}:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         process.wait()
@@ -449,9 +415,9 @@ def _launch(long_plan: Path, prefix: list[str]) -> subprocess.Popen[str]:
 
 def _assert_gone(pids: set[int], groups: list[Path]) -> None:
     deadline = time.monotonic() + HANG_GUARD_S  # reparented zombies are reaped at once
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     assert not [group for group in groups if group.exists()]
 
 

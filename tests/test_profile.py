@@ -40,8 +40,8 @@ from lambdadnn.solver.instance import MB_PER_VCPU, instance_mapping
 from lambdadnn.solver.instance_yaml import load_instance
 from lambdadnn.solver.prediction import predict_run
 from tests.hang_guard import HANG_GUARD_S
+from tests.processes import alive, cmdline, descendants
 from tests.test_fit import BATCH, CAPACITY, MODEL_MB, TRUTH, Truth, synthetic
-from tests.test_launch_hostile import _alive, _cmdline, _descendants
 
 pytestmark = pytest.mark.real  # torch (the profiler loads the workload), real profiles
 
@@ -318,7 +318,7 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
     processes: list[subprocess.Popen[str]] = []
     yield processes
     for process in processes:
-        for pid in _descendants(process.pid) | {process.pid}:
+        for pid in descendants(process.pid) | {process.pid}:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         process.wait()
@@ -330,8 +330,8 @@ def _trial_running(root: int) -> tuple[set[int], list[Path]]:
 
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
-        pids = _descendants(root)
-        workers = [p for p in pids if b"_worker_main" in _cmdline(p)]
+        pids = descendants(root)
+        workers = [p for p in pids if b"_worker_main" in cmdline(p)]
         if workers:  # the trial's job cgroups: those its workers are in
             jobs = set()
             for worker in workers:
@@ -360,9 +360,9 @@ def test_a_signal_stops_a_profile_cleanly(
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert name in err and "Traceback" not in err
     deadline = time.monotonic() + HANG_GUARD_S
-    while any(_alive(p) for p in pids - {process.pid}) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids - {process.pid}) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids - {process.pid} if _alive(p)]
+    assert not [p for p in pids - {process.pid} if alive(p)]
     assert not [g for g in groups if g.exists()]
     assert not out.exists()
 

@@ -35,8 +35,8 @@ from lambdadnn.launcher import LaunchError
 from lambdadnn.launcher.profile import profile_workload
 from lambdadnn.launcher.workloads import resolve_workload
 from tests.hang_guard import HANG_GUARD_S
+from tests.processes import alive, descendants
 from tests.test_fit import CAPACITY
-from tests.test_launch_hostile import _alive, _descendants
 
 pytestmark = pytest.mark.real  # torch (the profiler loads the workload) and profiles in processes
 
@@ -247,14 +247,14 @@ def test_a_factory_that_hangs_is_stopped_after_the_timeout(
     """Before, it waited forever. A child the factory waits for is killed with it; the alarm
     and its handler are as they were afterwards."""
     handler = signal.getsignal(signal.SIGALRM)
-    before = _descendants(os.getpid())
+    before = descendants(os.getpid())
     workload = f"{hostile}:{factory}"
     result = profile("--workload", workload, "--factory-timeout-s", "1",
                      "--out", str(tmp_path / "x.yaml"))
     assert_one_line(result, f"`--workload` {workload!r}", "did not finish within 1 s",
                     "`--factory-timeout-s`")
     assert stub_profile == [f"check {workload}"]
-    assert not [pid for pid in _descendants(os.getpid()) - before if _alive(pid)]
+    assert not [pid for pid in descendants(os.getpid()) - before if alive(pid)]
     assert signal.getsignal(signal.SIGALRM) == handler
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
