@@ -37,14 +37,26 @@ CROWDS = [
 DEADLINES = (700.0, 900.0, 1200.0)
 
 
-def _call(index: int) -> Any:
-    """Call `index` of the mixed workload: a schedule (a third of them) or a single plan."""
+def _question(index: int) -> tuple[int, ...]:
+    """Call `index` of the mixed workload: a schedule (a third of them, `(crowd,)`) or a single
+    plan (`(instance, deadline)`). The workload repeats with `PERIOD`."""
     if index % 3 == 0:
-        jobs, concurrency = CROWDS[index // 3 % len(CROWDS)]
+        return (index // 3 % len(CROWDS),)
+    return index % len(SHIPPED), index % len(DEADLINES)
+
+
+PERIOD = 3 * len(CROWDS) * len(SHIPPED) * len(DEADLINES)
+
+
+def _answer(question: tuple[int, ...]) -> Any:
+    """The answer to a `_question`: the schedule's jobs, or the plan's status and figures."""
+    if len(question) == 1:
+        jobs, concurrency = CROWDS[question[0]]
         schedule = solve_many(jobs, concurrency=concurrency, slot_s=60.0, time_limit_s=600.0,
                               gap=0.0)
         return [(job.functions, job.memory_mb, job.start_s, job.met) for job in schedule.jobs]
-    plan = solve(SHIPPED[index % len(SHIPPED)], deadline_s=DEADLINES[index % len(DEADLINES)])
+    instance, deadline = question
+    plan = solve(SHIPPED[instance], deadline_s=DEADLINES[deadline])
     return plan.status, plan.functions, plan.memory_mb, plan.cost_usd
 
 
@@ -68,10 +80,12 @@ def test_the_crowds_reach_highs(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.slow
 def test_four_threads_of_solve_many_and_solve_give_the_serial_answers() -> None:
     """100 calls, a third of them `solve_many`, on 4 threads: each equal to the same call made
-    alone (before the fix, 7 of 20 threaded `solve_many` calls failed in HiGHS or Pyomo)."""
-    period = 3 * len(CROWDS) * len(SHIPPED) * len(DEADLINES)  # `_call(i)` repeats with it
-    serial = [_call(index) for index in range(period)]
+    alone (before the fix, 7 of 20 threaded `solve_many` calls failed in HiGHS or Pyomo). Each
+    distinct question is answered alone once."""
+    questions = [_question(index) for index in range(100)]
+    assert len(set(questions)) == len({_question(index) for index in range(PERIOD)})
+    serial = {question: _answer(question) for question in dict.fromkeys(questions)}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        threaded = list(pool.map(_call, range(100)))
+        threaded = list(pool.map(_answer, questions))
     for index, answer in enumerate(threaded):
-        assert answer == serial[index % len(serial)], f"call {index}"
+        assert answer == serial[questions[index]], f"call {index}"
