@@ -458,6 +458,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "keep &= (piece_hi >= piece_lo - 1)[of_row]",
            (PS_ORACLE,), "a row narrower than PIECES passes its empty pieces to the search, "
            "whose tops lie below the row's smallest valid memory"),
+    Mutant("least-threshold-too-low", "solver/pipeline.py",
+           "np.partition(sample, count - 1)[count - 1]",
+           "np.partition(sample, count // 2)[count // 2]",
+           (PS_ORACLE,), "the seed rows' threshold is taken below the count-th least of the "
+           "sample, so rows among the least are left out"),
     Mutant("kind-fronts-without-functions", "solver/candidates.py",
            "bucket = np.searchsorted(self.counts, functions, side=\"right\") - 1",
            "bucket = np.full(np.shape(functions), len(self.counts) - 1)",

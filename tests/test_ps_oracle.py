@@ -291,6 +291,32 @@ def test_the_choice_agrees_when_every_piece_is_evaluated_at_its_top_first(
     judge_all(FAST)
 
 
+def test_the_choice_agrees_when_the_seed_rows_are_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The seed rows come from `pipeline.least`, whose sampled threshold these small
+    instances' few rows never reach at `SEED_ROWS` = 128: with 3 seed rows they take it, and
+    must agree with the oracle too."""
+    monkeypatch.setattr(pipeline, "SEED_ROWS", 3)
+    judge_all(FAST)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.floats(0, 10), st.sampled_from([0.5, 1.0, math.inf])),
+                       min_size=1, max_size=400),
+       count=st.integers(1, 40), every=st.integers(1, 9))
+def test_least_finds_the_least_values(values: list[float], count: int, every: int) -> None:
+    """Property: `pipeline.least(values, count)` is `count` distinct indices (all of them when
+    there are fewer) whose values are the `count` least, as numpy's sort has them, whatever
+    the sample's stride and however many ties."""
+    array = np.array(values)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "SAMPLE_EVERY", every)
+        found = pipeline.least(array, count)
+    assert len(set(found.tolist())) == len(found) == min(count, len(array))
+    np.testing.assert_array_equal(np.sort(array[found]), np.sort(array)[:len(found)])
+
+
 @pytest.mark.slow
 def test_solve_chooses_the_oracles_server() -> None:
     """All the seeded instances agree with the oracle, and together they cover what they are
