@@ -177,9 +177,16 @@ class _Staircase:
         self.times, self.costs = time[keep], cost[keep]
 
     def least(self, time: Array) -> Array:
-        at = np.searchsorted(self.times, time, side="right") - 1
-        return np.where(at >= 0, self.costs[np.maximum(at, 0)] if len(self.costs) else np.inf,
-                        np.inf)
+        return _on_stairs(self.times, self.costs, time)
+
+
+def _on_stairs(times: Array, costs: Array, time: Array) -> Array:
+    """The cost of a staircase (`times` ascending, `costs` the least up to each) at each
+    `time`: +∞ before its first step."""
+    if not len(times):
+        return np.full(np.shape(time), np.inf)
+    at = np.searchsorted(times, time, side="right") - 1
+    return np.where(at >= 0, costs[np.maximum(at, 0)], np.inf)
 
 
 BEATEN_BUCKETS = 32  # function counts at which `Beaten` keeps a staircase
@@ -220,8 +227,7 @@ class Beaten:
         for b in np.unique(bucket[bucket >= 0]).tolist():
             mine = bucket == b
             lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])
-            at = np.searchsorted(self.times[lo:hi], time[mine], side="right") - 1
-            out[mine] = np.where(at >= 0, self.costs[lo:hi][np.maximum(at, 0)], np.inf)
+            out[mine] = _on_stairs(self.times[lo:hi], self.costs[lo:hi], time[mine])
         return out
 
 

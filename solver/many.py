@@ -38,7 +38,6 @@ from .pipeline import (
     RECHECK_RTOL,
     check_guarantee,
     evaluate,
-    pinned,
     planning_terms,
     undominated,
 )
@@ -245,7 +244,7 @@ def solve_many(
     keys: list[Instance] = []
     kinds_of: list[tuple[int, ...]] = []
     for instance in instances:
-        variants = [pinned(instance, instance.servers[i])
+        variants = [instance.on_server(instance.servers[i])
                     for i in undominated(instance.servers)] if instance.servers else [instance]
         kinds_of.append(tuple(range(len(keys), len(keys) + len(variants))))
         keys.extend(variants)

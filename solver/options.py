@@ -26,7 +26,7 @@ from ..models.noise import NoiseModel, PlanningNoise, planning_noise
 from .candidates import Beaten, enumerate_candidates, pareto
 from .fit_uncertainty import corner
 from .instance import Instance
-from .pipeline import pinned, undominated
+from .pipeline import undominated
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
@@ -132,7 +132,7 @@ def kind_fronts(instance: Instance, *, guarantee: float | None, noise: NoiseMode
         noise or NoiseModel(), guarantee, instance.max_functions
     )
     servers = instance.servers
-    variants = ([pinned(instance, servers[i]) for i in undominated(servers)] if servers
+    variants = ([instance.on_server(servers[i]) for i in undominated(servers)] if servers
                 else [instance])
     found = [NO_OPTIONS] * len(variants)
     known: list[Options] = []

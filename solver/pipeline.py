@@ -281,12 +281,6 @@ def fastest(
     return _solve(loaded, guarantee, noise, fastest_only=True)
 
 
-def pinned(instance: Instance, server: ParameterServer) -> Instance:
-    """`instance` run on `server` alone: what a plan on it is solved, evaluated and launched
-    from."""
-    return instance.on_server(server)
-
-
 def _choose_server(
     given: Instance, guarantee: float | None, noise: NoiseModel | None, *, fastest_only: bool,
 ) -> Plan:
@@ -303,7 +297,7 @@ def _choose_server(
     servers = given.servers
     planning = planning_terms(given, guarantee, noise)
     candidates = undominated(servers)
-    cornered = [corner(pinned(given, servers[i]), planning) for i in candidates]
+    cornered = [corner(given.on_server(servers[i]), planning) for i in candidates]
     if not fastest_only:
         searched = _search_servers([instance for instance, _ in cornered], planning)
         if searched is not None:
@@ -317,7 +311,7 @@ def _choose_server(
             winner = int(found.server[best])
             own = Candidates(found.functions[mine], found.memory_index[mine], found.time[mine],
                              found.cost[mine], evaluated)
-            chosen = _plan(pinned(given, servers[candidates[winner]]), *cornered[winner], box,
+            chosen = _plan(given.on_server(servers[candidates[winner]]), *cornered[winner], box,
                            planning, guarantee, own, servers=len(servers))
             bounds = _over_servers(chosen.bounds, len(servers), len(candidates),
                                    (box.n_min, box.n_max), box_points, ideal=True)
@@ -332,13 +326,13 @@ def _choose_server(
     )
     boxes = {j: box for j, box in enumerate(found_boxes) if box is not None}
     if not boxes:  # no server has a valid plan: say why as a pinned solve would
-        return _solve(pinned(given, servers[0]), guarantee, noise, fastest_only=fastest_only)
+        return _solve(given.on_server(servers[0]), guarantee, noise, fastest_only=fastest_only)
     # the fastest plan of the servers whose fastest time is the least (ties: cost)
     fastest_at = {j: float(box.envelope_time.min()) for j, box in boxes.items()}
     least = min(fastest_at.values())
     every = list(boxes.values())
     evaluated = sum(len(box.functions) for box in every)
-    rivals = [(_plan(pinned(given, servers[candidates[j]]), *cornered[j], boxes[j], planning,
+    rivals = [(_plan(given.on_server(servers[candidates[j]]), *cornered[j], boxes[j], planning,
                      guarantee, None, servers=len(servers), evaluated_in_all=evaluated), j)
               for j in boxes if fastest_at[j] <= least * (1 + TIE_RTOL)]
     chosen, _ = min(rivals, key=lambda pair: (pair[0].deadline_time_s, pair[0].cost_usd,
@@ -431,7 +425,7 @@ def _search_servers(
     on_servers = model.at(per_server, np.arange(count, dtype=np.int64), column=True)
     grid = np.broadcast_to(n_of, (count, len(rows_n)))
     weight = model.figures(on_servers, grid, memory[low], ("weight",))["weight"]
-    p_req = on_servers[model.program().parameters.index("p_req")]
+    p_req = on_servers[model.parameter_index("p_req")]
     floor = (envelope.top["time"][meets] * weight + n_of * p_req).ravel()
 
     def cells(index: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -463,8 +457,7 @@ def _search_servers(
     # its cost floor T*(n, top)·weight_s(n, start) + n·(r* + 1)·p_req is not above the plan.
     server_of, at_n = cells(alive)
     first_at, of_row = np.unique(at_n, return_inverse=True)
-    unique_n = rows_n[first_at]
-    piece_lo, piece_hi = pieces(np.full(len(unique_n), low), tops[first_at])
+    piece_lo, piece_hi = pieces(np.full(len(first_at), low), tops[first_at])
     star = model.figures(best.values(), n_of[first_at][:, None], memory[piece_hi],
                          names, planning)
     piece_floor = model_bounds.cost_lower_bound(
@@ -507,7 +500,7 @@ def ideal(instance: Instance, servers: Sequence[ParameterServer]) -> Instance:
     """`instance` pinned to an ideal server of `servers`: one machine with the greatest k·B_p,
     the least k·c_msg and the least k·p_ps of them, at least as fast and as cheap as each of
     them for every plan (`undominated`'s monotonicity): its box holds every server's rows."""
-    return pinned(instance, ParameterServer(
+    return instance.on_server(ParameterServer(
         bandwidth_mbps=max(server.shards * server.bandwidth_mbps for server in servers),
         function_bandwidth_mbps=servers[0].function_bandwidth_mbps,
         price_per_hour=min(server.shards * server.price_per_hour for server in servers),
