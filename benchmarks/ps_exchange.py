@@ -65,15 +65,15 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from lambdadnn.benchmarks.emulated_nics import NicError, emulated_nics
 from lambdadnn.launcher import LaunchError
-from lambdadnn.launcher.local import run_local
-from lambdadnn.launcher.spec import LaunchReport, LaunchSpec
+from lambdadnn.launcher.local import MAX_LOCAL_FUNCTIONS, run_local
+from lambdadnn.launcher.spec import LAMBDA_MEMORY_MB, MAX_SHARDS, LaunchReport, LaunchSpec
 
 WORKLOAD = "digits-mlp"
 BYTES_PER_VALUE = 4  # float32
@@ -328,13 +328,14 @@ def _nic_table(result: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shards", default="1,2,3", help="the shard counts k to launch")
-    parser.add_argument("--functions", type=int, default=2)
-    parser.add_argument("--memory-mb", type=int, default=884)
-    parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--latency-s", type=float, default=0.0,
+    parser.add_argument("--shards", type=_shard_counts, default=[1, 2, 3],
+                        help="the shard counts k to launch, comma-separated")
+    parser.add_argument("--functions", type=_whole(1, MAX_LOCAL_FUNCTIONS), default=2)
+    parser.add_argument("--memory-mb", type=_whole(*LAMBDA_MEMORY_MB), default=884)
+    parser.add_argument("--iterations", type=_whole(1, 1_000_000), default=200)
+    parser.add_argument("--repeats", type=_whole(1, 1_000), default=1)
+    parser.add_argument("--seed", type=_whole(0, 2**32 - 1), default=0)
+    parser.add_argument("--latency-s", type=_seconds, default=0.0,
                         help="λ to fit B_p with (default 0: all of the exchange is transfer)")
     parser.add_argument("--nic-mbit", type=_positive, default=None,
                         help="give each shard its own emulated NIC of this many Mbit/s each "
@@ -344,9 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                              "and c_msg")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    counts = [int(k) for k in args.shards.split(",") if k.strip()]
     try:
-        result = run(counts, functions=args.functions, memory_mb=args.memory_mb,
+        result = run(args.shards, functions=args.functions, memory_mb=args.memory_mb,
                      iterations=args.iterations, repeats=args.repeats, seed=args.seed,
                      latency_s=args.latency_s, nic_mbit=args.nic_mbit, unshaped=args.unshaped)
     except KeyboardInterrupt as stopped:  # the launch's own message offers a resume: no
@@ -360,6 +360,39 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result) if args.json else _table(result))
     losses = {row["final_loss"] for row in result["rows"]}
     return 0 if len(losses) == 1 else 1
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An argument type: a whole number from `low` to `high`."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number from {low:,} to {high:,}")
+        return value
+    return parse
+
+
+def _shard_counts(text: str) -> list[int]:
+    """`--shards`: one or more shard counts, each from 1 to `MAX_SHARDS`, comma-separated."""
+    parse = _whole(1, MAX_SHARDS)
+    counts = [parse(part.strip()) for part in text.split(",") if part.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError(f"{text!r} names no shard count; give e.g. 1,2,3")
+    return counts
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds ≥ 0")
+    return value
 
 
 def _positive(text: str) -> float:

@@ -71,3 +71,24 @@ def test_a_bad_nic_rate_is_one_line(value: str, capsys: pytest.CaptureFixture[st
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--nic-mbit" in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--shards", "0"), ("--shards", "a,b"), ("--shards", ","), ("--shards", "17"),
+    ("--functions", "0"), ("--functions", "65"), ("--memory-mb", "1"), ("--iterations", "-1"),
+    ("--repeats", "0"), ("--seed", "x"), ("--latency-s", "-1"), ("--latency-s", "nan"),
+])
+def test_a_bad_option_is_one_line_before_anything_runs(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each option is checked by the parser, so a wrong value is one line naming it and no
+    launch starts."""
+    def launched(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a launch started")
+
+    monkeypatch.setattr(ps_exchange, "run", launched)
+    with pytest.raises(SystemExit) as stopped:
+        ps_exchange.main([flag, value])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert flag in error and "Traceback" not in error
