@@ -46,7 +46,7 @@ from typing import IO, Any
 
 import redis
 
-from lambdadnn.launcher.local import _die_with, _running
+from lambdadnn.launcher.local import _STOP_SIGNALS, _die_with, _running
 
 __all__ = ["MAX_SHARDS", "NicError", "NicStopped", "emulated_nics", "nics_unavailable",
            "sweep_namespaces", "tbf_burst_bytes", "tbf_queue_bytes"]
@@ -57,7 +57,6 @@ MAX_SHARDS = 64  # one /30 each out of 10.211.0.0/16's third octet, and short li
 _OWNED_NAMESPACE = re.compile(r"ldnn-nic-([1-9][0-9]{0,9})-([0-9]{1,3})")
 # Link names are at most 15 characters: "ldnn" + pid (≤ 7 digits) + h|n + shard (≤ 2 digits).
 _OWNED_LINK = re.compile(r"ldnn([1-9][0-9]{0,9})h([0-9]{1,3})")
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _LOCK = os.path.join(tempfile.gettempdir(), "ldnn-nic.lock")  # one setup at a time per machine
 _ROOT_FIX = ("run it as root with CAP_SYS_ADMIN and CAP_NET_ADMIN (in a container: "
              "--privileged, or --cap-add SYS_ADMIN --cap-add NET_ADMIN)")

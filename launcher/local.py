@@ -923,7 +923,7 @@ def run_local(
                        controller=controller)
 
 
-def _resume(channel: ParameterChannel, given: str = "`--redis-url`") -> int:
+def _resume(channel: ParameterChannel, given: str) -> int:
     """`channel.resume()`, its refusal as one line naming `--resume` and where the job's
     checkpoint should have been (`given`: the option the caller's Redis came by)."""
     try:
