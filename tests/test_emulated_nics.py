@@ -1,7 +1,7 @@
 """Per-shard emulated NICs (`benchmarks.emulated_nics`): the rate holds, nothing outlives them.
 
 A shaped link moves X bytes no faster than X at its rate in either direction (less the one
-bucket of tokens it may start with), and far faster unshaped; each shard's traffic goes
+bucket of tokens it may start with), and an unshaped one has no shaper; each shard's traffic goes
 through its own link; the namespaces, links and redis-servers are gone after a normal exit,
 an exception, a SIGTERM and a SIGINT; a namespace that a SIGKILLed holder left is removed by
 the next call, and a running process's is not. Skipped, with the reason, where network
@@ -80,10 +80,11 @@ RATE_MBIT = 40.0  # 5 MB/s: 4 MB take at least 0.8 s each way
 SIZE = 4_000_000
 
 
-def test_the_rate_is_enforced_both_ways_and_unshaped_is_far_faster() -> None:
+def test_the_rate_is_enforced_both_ways_and_unshaped_links_have_no_shaper() -> None:
     """Each direction takes at least (X − burst) / (R/8): the bucket starts full, then
-    tokens come at the rate, headers included (so the payload is slower still). The same
-    link unshaped moves it over 4 times faster than the rate allows the shaped one."""
+    tokens come at the rate, headers included (so the payload is slower still). A lower bound
+    on time, so a busy machine cannot break it. The same links unshaped carry the bytes with
+    no tbf qdisc at either end (what they measure is the path's fixed cost, not a rate)."""
     floor_s = (SIZE - tbf_burst_bytes(RATE_MBIT)) / (RATE_MBIT * 1e6 / 8)
     with emulated_nics(2, rate_mbit=RATE_MBIT) as urls:
         assert [url.split(":")[-1] for url in urls] == ["6379/0", "6379/0"]
@@ -91,10 +92,14 @@ def test_the_rate_is_enforced_both_ways_and_unshaped_is_far_faster() -> None:
         for url in urls:  # every shard's link is shaped, not just the first
             push, pull = _push_and_pull(url, SIZE)
             assert push >= floor_s and pull >= floor_s, (push, pull, floor_s)
+    pid = os.getpid()
     with emulated_nics(1, rate_mbit=None) as (url,):
-        push, pull = _push_and_pull(url, SIZE)
-    rate_bytes = RATE_MBIT * 1e6 / 8
-    assert SIZE / push > 4 * rate_bytes and SIZE / pull > 4 * rate_bytes, (push, pull)
+        _push_and_pull(url, SIZE)
+        (name,) = _namespaces(pid)
+        shown = [subprocess.run(["tc", *where, "qdisc", "show", "dev", link], capture_output=True,
+                                text=True, check=True).stdout
+                 for where, link in (([], f"ldnn{pid}h0"), (["-n", name], f"ldnn{pid}n0"))]
+    assert all(text and "tbf" not in text for text in shown), shown
 
 
 def _sent_bytes(namespace: str | None, link: str) -> tuple[str, int]:
